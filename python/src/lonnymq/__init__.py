@@ -1,0 +1,41 @@
+"""lonnymq: Python client for the multi-tenant message queue inside PostgreSQL.
+
+``Queue``/``AsyncQueue`` mirror the SQL API; ``Worker``/``AsyncWorker`` run handlers with
+heartbeats, LISTEN wake-ups, retries and graceful shutdown. See docs/python.md.
+"""
+
+from ._backoff import Backoff
+from .aqueue import AsyncQueue
+from .aworker import AsyncWorker
+from .errors import LonnymqError, Retry
+from .message import AsyncMessage, Message
+from .models import (
+    ArchivedMessage,
+    Channel,
+    ChannelStats,
+    CompleteResult,
+    CreateResult,
+    QueueStats,
+)
+from .queue import Queue
+from .worker import Worker
+
+__all__ = [
+    "ArchivedMessage",
+    "AsyncMessage",
+    "AsyncQueue",
+    "AsyncWorker",
+    "Backoff",
+    "Channel",
+    "ChannelStats",
+    "CompleteResult",
+    "CreateResult",
+    "LonnymqError",
+    "Message",
+    "Queue",
+    "QueueStats",
+    "Retry",
+    "Worker",
+]
+
+__version__ = "1.0.0"

@@ -1,0 +1,187 @@
+"""The SQL the clients send, shared by the sync and asyncio twins.
+
+Every call uses named notation (the SPEC §4 parameter names are binding) with explicit casts,
+so NULL arguments resolve to the right types and a renamed parameter fails loudly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .models import (
+    ArchivedMessage,
+    Channel,
+    ChannelStats,
+    CompleteResult,
+    CreateResult,
+    QueueStats,
+)
+
+CHANNEL_SET = """
+SELECT queue, channel, max_concurrency, release_interval_ms, max_size, max_attempts,
+       retain_completed
+  FROM lonnymq.channel_set(queue => %s::text, channel => %s::text,
+                           max_concurrency => %s::int, release_interval_ms => %s::bigint,
+                           max_size => %s::bigint, max_attempts => %s::int,
+                           retain_completed => %s::boolean)
+"""
+
+CHANNEL_DELETE = "SELECT lonnymq.channel_delete(queue => %s::text, channel => %s::text)"
+
+MESSAGE_CREATE = """
+SELECT status, id
+  FROM lonnymq.message_create(queue => %s::text, channel => %s::text, content => %s::bytea,
+                              dequeue_at => %s::timestamptz, delay_ms => %s::bigint,
+                              priority => %s::int, dedup_key => %s::text, state => %s::bytea)
+"""
+
+MESSAGE_CREATE_BATCH = """
+SELECT status, id
+  FROM lonnymq.message_create_batch(queue => %s::text, channels => %s::text[],
+                                    contents => %s::bytea[], dequeue_ats => %s::timestamptz[],
+                                    dedup_keys => %s::text[], idempotency_key => %s::text)
+"""
+
+MESSAGE_DEQUEUE = """
+SELECT id, channel, content, state, num_attempts, dequeue_at, recovered
+  FROM lonnymq.message_dequeue(queue => %s::text, lock_ms => %s::bigint,
+                               max_messages => %s::int)
+"""
+
+MESSAGE_COMPLETE = "SELECT lonnymq.message_complete(id => %s::bigint, num_attempts => %s::bigint)"
+
+MESSAGE_COMPLETE_BATCH = """
+SELECT id, status
+  FROM lonnymq.message_complete_batch(ids => %s::bigint[], num_attempts => %s::bigint[])
+"""
+
+MESSAGE_DEFER = """
+SELECT lonnymq.message_defer(id => %s::bigint, num_attempts => %s::bigint,
+                             dequeue_at => %s::timestamptz, delay_ms => %s::bigint,
+                             state => %s::bytea)
+"""
+
+MESSAGE_HEARTBEAT = """
+SELECT lonnymq.message_heartbeat(id => %s::bigint, num_attempts => %s::bigint,
+                                 lock_ms => %s::bigint)
+"""
+
+MESSAGE_FAIL = """
+SELECT lonnymq.message_fail(id => %s::bigint, num_attempts => %s::bigint, error => %s::text)
+"""
+
+MESSAGE_CANCEL = "SELECT lonnymq.message_cancel(id => %s::bigint)"
+
+ARCHIVE_REQUEUE = "SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::bigint)"
+
+ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::interval)"
+
+WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::text)"
+
+VERIFY = "SELECT * FROM lonnymq.verify()"
+
+SCHEDULE_SET = """
+SELECT lonnymq.schedule_set(name => %s::text, cron => %s::text, queue => %s::text,
+                            channel => %s::text, content => %s::bytea)
+"""
+
+SCHEDULE_DELETE = "SELECT lonnymq.schedule_delete(name => %s::text)"
+
+QUEUE_STATS = """
+SELECT queue, channels, ready, scheduled, locked, archived
+  FROM lonnymq.queue_stats
+ WHERE queue = %s::text
+"""
+
+CHANNEL_STATS = """
+SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interval_ms,
+       max_size, max_attempts, oldest_ready_ms
+  FROM lonnymq.channel_stats
+ WHERE queue = %s::text
+ ORDER BY channel NULLS FIRST
+"""
+
+ARCHIVE_LIST = """
+SELECT id, message_id, queue, channel, content, state, num_attempts, outcome, error,
+       created_at, archived_at
+  FROM lonnymq.message_archive
+ WHERE queue = %s::text AND (%s::text IS NULL OR outcome = %s::text)
+ ORDER BY id DESC
+ LIMIT %s::int
+"""
+
+Row = tuple[Any, ...]
+
+
+def channel(row: Row) -> Channel:
+    return Channel(
+        queue=row[0],
+        channel=row[1],
+        max_concurrency=row[2],
+        release_interval_ms=int(row[3] or 0),
+        max_size=row[4],
+        max_attempts=row[5],
+        retain_completed=bool(row[6]),
+    )
+
+
+def create_result(row: Row) -> CreateResult:
+    return CreateResult(status=row[0], id=row[1])
+
+
+def complete_result(row: Row) -> CompleteResult:
+    return CompleteResult(id=row[0], status=row[1])
+
+
+def message_data(queue: str, row: Row) -> dict[str, Any]:
+    """Keyword arguments for Message/AsyncMessage from one dequeue row."""
+    return {
+        "id": row[0],
+        "queue": queue,
+        "channel": row[1],
+        "content": bytes(row[2]),
+        "state": None if row[3] is None else bytes(row[3]),
+        "num_attempts": row[4],
+        "dequeue_at": row[5],
+        "recovered": bool(row[6]),
+    }
+
+
+def queue_stats(queue: str, row: Row | None) -> QueueStats:
+    # A queue with no messages and no archive has no row: report zeros, not an error.
+    if row is None:
+        return QueueStats(queue=queue, channels=0, ready=0, scheduled=0, locked=0, archived=0)
+    return QueueStats(*row)
+
+
+def channel_stats(row: Row) -> ChannelStats:
+    return ChannelStats(*row)
+
+
+def archived_message(row: Row) -> ArchivedMessage:
+    values = list(row)
+    values[4] = bytes(values[4])
+    values[5] = None if values[5] is None else bytes(values[5])
+    return ArchivedMessage(*values)
+
+
+def batch_arrays(
+    count: int,
+    channel: str | None,
+    channels: list[str | None] | None,
+    dequeue_ats: list[datetime | None] | None,
+    dedup_keys: list[str | None] | None,
+) -> tuple[list[str | None], list[datetime | None] | None, list[str | None] | None]:
+    """Validate the parallel arrays of a batch create: each must match the contents."""
+    if channels is not None and channel is not None:
+        raise ValueError("pass either channel= (for every message) or channels=, not both")
+    resolved = channels if channels is not None else [channel] * count
+    for name, values in (
+        ("channels", resolved),
+        ("dequeue_ats", dequeue_ats),
+        ("dedup_keys", dedup_keys),
+    ):
+        if values is not None and len(values) != count:
+            raise ValueError(f"{name} has {len(values)} elements, contents has {count}")
+    return resolved, dequeue_ats, dedup_keys

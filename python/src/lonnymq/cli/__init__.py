@@ -1,0 +1,1 @@
+"""The ``lonnymq`` command-line tool (entry point: ``lonnymq.cli.main:main``)."""

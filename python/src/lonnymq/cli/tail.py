@@ -1,0 +1,58 @@
+"""``lonnymq tail``: follow queue events (NOTIFY lonnymq and lonnymq_dead) as lines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+CHANNELS = ("lonnymq", "lonnymq_dead")
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser("tail", help="follow queue events")
+    parser.add_argument("--queue", help="only events of this queue")
+    parser.add_argument("--count", type=int, help="exit after this many events")
+    parser.add_argument("--timeout", type=float, help="exit after this many seconds")
+    parser.set_defaults(run=run)
+
+
+def run(dsn: str, args: argparse.Namespace) -> int:
+    seen = 0
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for channel in CHANNELS:
+            conn.execute("LISTEN " + channel)
+        # Tell a reader (a test or a script) that events from now on will be shown.
+        print(f"listening on {', '.join(CHANNELS)}", flush=True)
+        while deadline is None or time.monotonic() < deadline:
+            wait = 1.0 if deadline is None else max(min(1.0, deadline - time.monotonic()), 0)
+            for notify in conn.notifies(timeout=wait):
+                line = format_event(notify.channel, notify.payload, args.queue)
+                if line is None:
+                    continue
+                print(line, flush=True)
+                seen += 1
+                if args.count is not None and seen >= args.count:
+                    return 0
+    return 0
+
+
+def format_event(channel: str, payload: str, only_queue: str | None) -> str | None:
+    """``12:00:01.123  created  queue=emails`` (None when filtered out)."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        data = {"payload": payload}
+    if not isinstance(data, dict):
+        data = {"payload": data}
+    if only_queue is not None and data.get("queue") != only_queue:
+        return None
+    stamp = datetime.now().strftime("%H:%M:%S.%f")[:-3]
+    event = str(data.pop("event", channel))
+    details = "  ".join(f"{k}={v}" for k, v in sorted(data.items()))
+    return f"{stamp}  {event:<9}  {details}"

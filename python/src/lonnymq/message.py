@@ -1,0 +1,88 @@
+"""Delivered messages with their actions: the sync ``Message`` and the asyncio ``AsyncMessage``.
+
+Each action passes ``num_attempts`` back as the fencing token and returns the SQL status
+(``completed``, ``deferred``, ``extended``, ``failed``, ``not_found`` or ``state_invalid``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg import AsyncConnection, Connection
+
+from ._content import Content
+from .models import MessageData
+
+if TYPE_CHECKING:
+    from .aqueue import AsyncQueue
+    from .queue import Queue
+
+
+@dataclass(frozen=True)
+class Message(MessageData):
+    """A message delivered by ``Queue.dequeue``; ``conn=`` joins the caller's transaction."""
+
+    _queue: Queue = field(repr=False, compare=False)
+
+    def complete(self, *, conn: Connection[Any] | None = None) -> str:
+        return self._queue.complete(self.id, self.num_attempts, conn=conn)
+
+    def defer(
+        self,
+        *,
+        dequeue_at: datetime | None = None,
+        delay_ms: int = 0,
+        state: Content | None = None,
+        conn: Connection[Any] | None = None,
+    ) -> str:
+        return self._queue.defer(
+            self.id,
+            self.num_attempts,
+            dequeue_at=dequeue_at,
+            delay_ms=delay_ms,
+            state=state,
+            conn=conn,
+        )
+
+    def heartbeat(self, lock_ms: int, *, conn: Connection[Any] | None = None) -> str:
+        return self._queue.heartbeat(self.id, self.num_attempts, lock_ms, conn=conn)
+
+    def fail(self, error: str | None = None, *, conn: Connection[Any] | None = None) -> str:
+        return self._queue.fail(self.id, self.num_attempts, error, conn=conn)
+
+
+@dataclass(frozen=True)
+class AsyncMessage(MessageData):
+    """A message delivered by ``AsyncQueue.dequeue``; the asyncio twin of ``Message``."""
+
+    _queue: AsyncQueue = field(repr=False, compare=False)
+
+    async def complete(self, *, conn: AsyncConnection[Any] | None = None) -> str:
+        return await self._queue.complete(self.id, self.num_attempts, conn=conn)
+
+    async def defer(
+        self,
+        *,
+        dequeue_at: datetime | None = None,
+        delay_ms: int = 0,
+        state: Content | None = None,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> str:
+        return await self._queue.defer(
+            self.id,
+            self.num_attempts,
+            dequeue_at=dequeue_at,
+            delay_ms=delay_ms,
+            state=state,
+            conn=conn,
+        )
+
+    async def heartbeat(self, lock_ms: int, *, conn: AsyncConnection[Any] | None = None) -> str:
+        return await self._queue.heartbeat(self.id, self.num_attempts, lock_ms, conn=conn)
+
+    async def fail(
+        self, error: str | None = None, *, conn: AsyncConnection[Any] | None = None
+    ) -> str:
+        return await self._queue.fail(self.id, self.num_attempts, error, conn=conn)
