@@ -1,0 +1,164 @@
+-- ===========================================================================
+-- Tables. Times are integer milliseconds since the epoch (the "_ms" columns):
+-- priority messages sort ahead of every real timestamp, which timestamptz
+-- cannot express, and integer comparison keeps the hot indexes small.
+-- ===========================================================================
+
+-- One row per queue name, created on first use. Holds the turn of the queue's
+-- channel-less messages, which compete with channels as one more channel.
+CREATE SEQUENCE lonnymq.queue_id_seq AS integer;
+CREATE TABLE lonnymq.queue (
+    id integer NOT NULL DEFAULT pg_catalog.nextval('lonnymq.queue_id_seq') PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    nochannel_turn_ms bigint NOT NULL DEFAULT 0,
+    nochannel_turn_seq bigint NOT NULL DEFAULT 0
+);
+ALTER SEQUENCE lonnymq.queue_id_seq OWNED BY lonnymq.queue.id;
+COMMENT ON TABLE lonnymq.queue IS 'Queues by name; created on first use, never removed automatically.';
+
+-- Source of turn numbers: breaks ties between channels whose turns fall in the
+-- same millisecond, so round-robin stays exact. Non-transactional, never locks.
+CREATE SEQUENCE lonnymq.turn_seq;
+
+-- A channel: a virtual queue inside a queue, usually one per tenant.
+-- Producers never update this row (see docs/design.md): dequeuers, settlers
+-- and channel_set own it, so a busy producer cannot turn dequeuers away.
+CREATE SEQUENCE lonnymq.channel_id_seq;
+CREATE TABLE lonnymq.channel (
+    id bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq.channel_id_seq') PRIMARY KEY,
+    queue_id integer NOT NULL,
+    name text NOT NULL,
+    -- explicit: configured through channel_set; implicit ones are swept when idle.
+    explicit boolean NOT NULL DEFAULT false,
+    max_concurrency integer,
+    release_interval_ms bigint NOT NULL DEFAULT 0,
+    max_size bigint,
+    max_attempts integer,
+    retain_completed boolean NOT NULL DEFAULT false,
+    -- messages of this channel currently locked (in flight), expired locks included.
+    locked_count integer NOT NULL DEFAULT 0,
+    -- messages removed since max_size was set; live = admitted - removed_count.
+    removed_count bigint NOT NULL DEFAULT 0,
+    -- dequeue_ms of the earliest unlocked message, as last seen by a dequeuer;
+    -- never later than the truth unless a channel_hint covers the difference.
+    head_ms bigint,
+    -- the last fresh dequeue: time and tie-breaking turn number.
+    last_turn_ms bigint NOT NULL,
+    turn_seq bigint NOT NULL DEFAULT 0,
+    -- when the channel may next be served; NULL when empty or saturated.
+    -- greatest(head_ms, last_turn_ms + release_interval_ms): see _ready_ms().
+    ready_ms bigint,
+    UNIQUE (queue_id, name)
+) WITH (fillfactor = 70);
+ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
+COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling state.';
+
+-- The fair scheduler: the channel that has waited longest is the first entry.
+CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq)
+    WHERE ready_ms IS NOT NULL;
+-- Candidates for the idle-channel sweep.
+CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
+    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0;
+
+-- Live messages: pending, scheduled or locked.
+CREATE SEQUENCE lonnymq.message_id_seq;
+CREATE TABLE lonnymq.message (
+    id bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq.message_id_seq') PRIMARY KEY,
+    queue_id integer NOT NULL,
+    channel_id bigint,
+    content bytea NOT NULL,
+    state bytea,
+    num_attempts bigint NOT NULL DEFAULT 0,
+    -- not before this time; for priority > 0, creation time minus priority steps.
+    dequeue_ms bigint NOT NULL,
+    priority integer NOT NULL DEFAULT 0,
+    -- NULL while pending; the lock expiry while in flight.
+    locked_until_ms bigint,
+    dedup_key text,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+) WITH (fillfactor = 90);
+ALTER SEQUENCE lonnymq.message_id_seq OWNED BY lonnymq.message.id;
+COMMENT ON TABLE lonnymq.message IS 'Live messages; read them through the lonnymq.messages view.';
+
+-- Unlocked messages in (dequeue_ms, id) order per channel; channel_id NULL
+-- serves the queue's channel-less messages with the same probe.
+CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, channel_id, dequeue_ms, id)
+    WHERE locked_until_ms IS NULL;
+-- Locked messages by expiry: the recovery probe of every dequeue.
+CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, id)
+    WHERE locked_until_ms IS NOT NULL;
+-- At most one live message per (queue, dedup_key).
+CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, dedup_key)
+    WHERE dedup_key IS NOT NULL;
+
+-- Insert-only notes from producers: "this channel may have a new earliest
+-- message". Dequeuers fold them into channel.head_ms. They replace the
+-- producer-side channel update that would otherwise lock the channel row
+-- until the producer commits.
+CREATE SEQUENCE lonnymq.channel_hint_id_seq;
+CREATE TABLE lonnymq.channel_hint (
+    id bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq.channel_hint_id_seq') PRIMARY KEY,
+    queue_id integer NOT NULL,
+    channel_id bigint NOT NULL,
+    dequeue_ms bigint NOT NULL
+);
+ALTER SEQUENCE lonnymq.channel_hint_id_seq OWNED BY lonnymq.channel_hint.id;
+CREATE INDEX channel_hint_due_idx ON lonnymq.channel_hint (queue_id, dequeue_ms, id);
+COMMENT ON TABLE lonnymq.channel_hint IS 'Pending head updates written by producers, consumed by dequeue.';
+
+-- Admission counter of channels with max_size. Only producers update it (and
+-- serialize on it, which exact capacity requires); consumers count removals
+-- on the channel row instead, so they never wait for a producer.
+CREATE TABLE lonnymq.channel_admission (
+    channel_id bigint PRIMARY KEY,
+    admitted bigint NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE lonnymq.channel_admission IS 'Messages admitted into channels that have a max_size.';
+
+-- Idempotency keys of message_create_batch and the ids that batch created.
+CREATE TABLE lonnymq.batch (
+    queue_id integer NOT NULL,
+    idempotency_key text NOT NULL,
+    message_ids bigint[] NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue_id, idempotency_key)
+);
+CREATE INDEX batch_created_idx ON lonnymq.batch (created_at);
+COMMENT ON TABLE lonnymq.batch IS 'Idempotency keys of message_create_batch; pruned by archive_prune.';
+
+-- Terminal messages: failed, dead-lettered, and completed where retained.
+-- Names are copied, not referenced, so the archive outlives swept channels.
+CREATE SEQUENCE lonnymq.message_archive_id_seq;
+CREATE TABLE lonnymq.message_archive (
+    id bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq.message_archive_id_seq') PRIMARY KEY,
+    message_id bigint NOT NULL,
+    queue text NOT NULL,
+    channel text,
+    content bytea NOT NULL,
+    state bytea,
+    num_attempts bigint NOT NULL,
+    outcome text NOT NULL CHECK (outcome IN ('completed', 'failed', 'dead')),
+    error text,
+    created_at timestamptz NOT NULL,
+    archived_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+ALTER SEQUENCE lonnymq.message_archive_id_seq OWNED BY lonnymq.message_archive.id;
+CREATE INDEX message_archive_archived_idx ON lonnymq.message_archive (archived_at);
+CREATE INDEX message_archive_queue_idx ON lonnymq.message_archive (queue, archived_at);
+COMMENT ON TABLE lonnymq.message_archive IS 'Terminal messages: failed, dead (max_attempts) and retained completed.';
+
+-- Queue state is user data: pg_dump must carry it (a dump would otherwise
+-- restore an empty queue). Sequences too, so restored ids do not collide.
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.message', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_hint', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_admission', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.batch', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.message_archive', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.message_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.message_archive_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.turn_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_hint_id_seq', '');

@@ -1,0 +1,252 @@
+-- ===========================================================================
+-- Internal helpers (underscore names). Not part of the API; not granted.
+-- ===========================================================================
+
+-- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
+-- now(): a dequeue inside a long transaction must see the real time.
+CREATE FUNCTION lonnymq._now_ms() RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint $$;
+COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since the epoch.';
+
+-- Exact conversion (no floating point) from milliseconds to timestamptz.
+CREATE FUNCTION lonnymq._to_timestamptz(p_ms bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 'epoch'::timestamptz + p_ms * '1 millisecond'::interval $$;
+COMMENT ON FUNCTION lonnymq._to_timestamptz(bigint) IS 'Milliseconds since the epoch as timestamptz.';
+
+-- Milliseconds of a caller-supplied timestamp; infinities are rejected because
+-- they cannot be scheduled and would poison the integer ordering.
+CREATE FUNCTION lonnymq._ms_of(p_at timestamptz, p_argument text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_catalog.isfinite(p_at) THEN
+        RAISE EXCEPTION 'lonnymq: % must be a finite timestamp, got %', p_argument, p_at
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN pg_catalog.floor(EXTRACT(EPOCH FROM p_at) * 1000)::bigint;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a finite timestamp, 22023 otherwise.';
+
+-- Raises the SQLSTATE 22023 error that every invalid argument gets (SPEC 3.11).
+CREATE FUNCTION lonnymq._invalid(p_message text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'lonnymq: %', p_message USING ERRCODE = '22023';
+END
+$$;
+COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (22023).';
+
+-- Queue and channel names: non-empty, bounded, printable enough for logs.
+CREATE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_name IS NULL THEN
+        IF NOT p_nullable THEN
+            PERFORM lonnymq._invalid(pg_catalog.format('%s must not be NULL', p_argument));
+        END IF;
+    ELSIF pg_catalog.length(p_name) = 0 OR pg_catalog.length(p_name) > 256 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format('%s must be 1 to 256 characters long', p_argument));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_name(text, text, boolean) IS 'Validates a queue or channel name.';
+
+-- When a channel may next be served, or NULL when it cannot be (no known
+-- head, or max_concurrency reached). greatest() with the last turn is what
+-- makes dequeue fair: back-dated or priority messages never buy extra turns.
+CREATE FUNCTION lonnymq._ready_ms(
+    p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
+    p_locked_count integer, p_max_concurrency integer
+) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN p_head_ms IS NULL THEN NULL
+        WHEN p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN NULL
+        ELSE greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms)
+    END
+$$;
+COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer)
+    IS 'Scheduling key of a channel: when it may next be served, NULL if it cannot.';
+
+-- NOTIFY with a small JSON payload. Identical payloads in one transaction are
+-- delivered once by PostgreSQL, which is what coalesces batches.
+CREATE FUNCTION lonnymq._notify(p_channel text, p_queue text, p_event text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(pg_catalog.current_setting('lonnymq.notify', true), '') NOT IN ('off', 'false', '0') THEN
+        PERFORM pg_catalog.pg_notify(p_channel,
+            pg_catalog.json_build_object('queue', p_queue, 'event', p_event)::text);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable event unless lonnymq.notify is off.';
+
+-- Looks a queue up by name; with p_create, creates it on first use.
+CREATE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id integer;
+BEGIN
+    SELECT q.id INTO v_id FROM lonnymq.queue q WHERE q.name = p_queue;
+    IF v_id IS NULL AND p_create THEN
+        INSERT INTO lonnymq.queue (name) VALUES (p_queue)
+            ON CONFLICT (name) DO NOTHING RETURNING id INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT q.id INTO v_id FROM lonnymq.queue q WHERE q.name = p_queue;
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._queue_id(text, boolean) IS 'Queue id by name, optionally created.';
+
+-- The advisory-lock key of a channel. Producers hold it shared until commit;
+-- whoever deletes a channel or changes its capacity takes it exclusively, so
+-- no uncommitted message can be stranded by either.
+CREATE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.hashtext(p_queue_id::text || '/' || p_channel) $$;
+COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock key of a channel.';
+
+-- The first advisory-lock key word: every lonnymq lock lives in this class.
+CREATE FUNCTION lonnymq._lock_class() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1819176557 $$;  -- the bytes of 'lonm'
+COMMENT ON FUNCTION lonnymq._lock_class() IS 'Advisory lock class of lonnymq.';
+
+-- Milliseconds an implicit channel must stay empty before the sweep removes it.
+CREATE FUNCTION lonnymq._channel_idle_ms() RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_setting text := pg_catalog.current_setting('lonnymq.channel_idle_ms', true);
+BEGIN
+    IF v_setting IS NULL OR v_setting = '' THEN
+        RETURN 60000;
+    END IF;
+    IF v_setting !~ '^[0-9]{1,12}$' THEN
+        PERFORM lonnymq._invalid(pg_catalog.format(
+            'lonnymq.channel_idle_ms must be a whole number of milliseconds, got %s', v_setting));
+    END IF;
+    RETURN v_setting::bigint;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_idle_ms() IS 'Idle time before an empty implicit channel is swept.';
+
+-- Recomputes a channel's head and scheduling key from the message index.
+-- The caller holds the channel row lock.
+CREATE FUNCTION lonnymq._channel_refresh(p_channel_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+    v_head_ms bigint;
+BEGIN
+    SELECT c.queue_id INTO v_queue_id FROM lonnymq.channel c WHERE c.id = p_channel_id;
+    SELECT m.dequeue_ms INTO v_head_ms
+    FROM lonnymq.message m
+    WHERE m.queue_id = v_queue_id AND m.channel_id = p_channel_id AND m.locked_until_ms IS NULL
+    ORDER BY m.dequeue_ms, m.id
+    LIMIT 1;
+    UPDATE lonnymq.channel c
+    SET head_ms = v_head_ms,
+        ready_ms = lonnymq._ready_ms(v_head_ms, c.last_turn_ms, c.release_interval_ms,
+                                     c.locked_count, c.max_concurrency)
+    WHERE c.id = p_channel_id;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and ready_ms of a locked channel.';
+
+-- Folds due producer hints into channel heads. Channels held by another
+-- transaction are left alone, with their hints, for a later dequeue: this
+-- never waits, so dequeue never waits.
+CREATE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_hint record;
+    v_refreshed bigint[] := '{}';
+    v_busy bigint[] := '{}';
+BEGIN
+    FOR v_hint IN
+        SELECT h.id, h.channel_id
+        FROM lonnymq.channel_hint h
+        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
+        ORDER BY h.dequeue_ms, h.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        CONTINUE WHEN v_hint.channel_id = ANY (v_busy);
+        IF NOT v_hint.channel_id = ANY (v_refreshed) THEN
+            PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_hint.channel_id
+                FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                -- Locked by another transaction, or deleted: tell the two apart.
+                IF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_hint.channel_id) THEN
+                    v_busy := v_busy || v_hint.channel_id;
+                    CONTINUE;
+                END IF;
+            ELSE
+                PERFORM lonnymq._channel_refresh(v_hint.channel_id);
+            END IF;
+            v_refreshed := v_refreshed || v_hint.channel_id;
+        END IF;
+        DELETE FROM lonnymq.channel_hint h WHERE h.id = v_hint.id;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer) IS 'Applies due channel hints without waiting.';
+
+-- Copies a message into the archive with its outcome.
+CREATE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO lonnymq.message_archive
+        (message_id, queue, channel, content, state, num_attempts, outcome, error, created_at)
+    SELECT p_message.id, q.name, c.name, p_message.content, p_message.state,
+           p_message.num_attempts, p_outcome, p_error, p_message.created_at
+    FROM lonnymq.queue q
+    LEFT JOIN lonnymq.channel c ON c.id = p_message.channel_id
+    WHERE q.id = p_message.queue_id;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._archive(lonnymq.message, text, text) IS 'Archives a message with an outcome.';
+
+-- Removes a locked message and gives its channel slot back (complete, fail,
+-- dead-letter). The caller holds the message row lock; this takes the
+-- channel row lock: always message first, then channel.
+CREATE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+BEGIN
+    IF p_message.channel_id IS NOT NULL THEN
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id
+            FOR NO KEY UPDATE;
+    END IF;
+    IF p_outcome <> 'completed' OR coalesce(v_channel.retain_completed, false) THEN
+        PERFORM lonnymq._archive(p_message, p_outcome, p_error);
+    END IF;
+    DELETE FROM lonnymq.message m WHERE m.id = p_message.id;
+    IF v_channel.id IS NOT NULL THEN
+        UPDATE lonnymq.channel c
+        SET locked_count = c.locked_count - 1,
+            removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer,
+            ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, c.release_interval_ms,
+                                         c.locked_count - 1, c.max_concurrency)
+        WHERE c.id = v_channel.id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._settle_locked(lonnymq.message, text, text)
+    IS 'Removes a locked message, archiving it as needed, and frees its channel slot.';

@@ -1,0 +1,188 @@
+-- ===========================================================================
+-- Channels: policy, deletion, and the sweep of idle implicit channels.
+-- ===========================================================================
+
+-- Resolves (creating on first use) the channel a producer writes into, and
+-- takes the channel's advisory lock in shared mode until commit. Shared
+-- holders never wait for each other; only channel_set (capacity changes),
+-- channel_delete and the sweep take it exclusively.
+CREATE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text) RETURNS lonnymq.channel
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(p_queue_id, p_channel));
+    -- Read after the lock: a fresh snapshot sees any sweep that just committed.
+    SELECT c.* INTO v_channel FROM lonnymq.channel c
+    WHERE c.queue_id = p_queue_id AND c.name = p_channel;
+    IF v_channel.id IS NULL THEN
+        INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
+        VALUES (p_queue_id, p_channel, lonnymq._now_ms())
+        ON CONFLICT (queue_id, name) DO NOTHING
+        RETURNING * INTO v_channel;
+        IF v_channel.id IS NULL THEN
+            SELECT c.* INTO v_channel FROM lonnymq.channel c
+            WHERE c.queue_id = p_queue_id AND c.name = p_channel;
+        ELSE
+            -- Creation pays for removal: idle channels cannot pile up.
+            PERFORM lonnymq.channel_sweep(2);
+        END IF;
+    END IF;
+    RETURN v_channel;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text)
+    IS 'Channel of a producer, created on first use, with its shared advisory lock.';
+
+-- Sets a channel's policy, creating the channel if needed. An explicit
+-- channel is never swept; channel_delete removes it.
+CREATE FUNCTION lonnymq.channel_set(
+    queue text,
+    channel text,
+    max_concurrency integer DEFAULT NULL,
+    release_interval_ms bigint DEFAULT 0,
+    max_size bigint DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    retain_completed boolean DEFAULT false
+) RETURNS lonnymq.channel
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+    v_channel lonnymq.channel;
+    v_live bigint;
+BEGIN
+    PERFORM lonnymq._check_name(channel_set.queue, 'queue', false);
+    PERFORM lonnymq._check_name(channel_set.channel, 'channel', false);
+    IF channel_set.max_concurrency IS NOT NULL AND channel_set.max_concurrency < 1 THEN
+        PERFORM lonnymq._invalid('max_concurrency must be at least 1 or NULL');
+    END IF;
+    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0 THEN
+        PERFORM lonnymq._invalid('release_interval_ms must be 0 or more');
+    END IF;
+    IF channel_set.max_size IS NOT NULL AND channel_set.max_size < 0 THEN
+        PERFORM lonnymq._invalid('max_size must be 0 or more, or NULL');
+    END IF;
+    IF channel_set.max_attempts IS NOT NULL AND channel_set.max_attempts < 1 THEN
+        PERFORM lonnymq._invalid('max_attempts must be at least 1 or NULL');
+    END IF;
+    IF channel_set.retain_completed IS NULL THEN
+        PERFORM lonnymq._invalid('retain_completed must not be NULL');
+    END IF;
+
+    v_queue_id := lonnymq._queue_id(channel_set.queue, true);
+    -- Exclusive: waits for producers in flight, so a capacity count taken
+    -- below includes every message that will ever commit before it.
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(v_queue_id, channel_set.channel));
+    INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
+    VALUES (v_queue_id, channel_set.channel, lonnymq._now_ms())
+    ON CONFLICT (queue_id, name) DO NOTHING;
+    SELECT c.* INTO v_channel FROM lonnymq.channel c
+    WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
+    FOR NO KEY UPDATE;
+
+    IF channel_set.max_size IS NOT NULL THEN
+        -- (Re)start the admission count from the exact number of live messages.
+        SELECT pg_catalog.count(*) INTO v_live FROM lonnymq.message m
+        WHERE m.queue_id = v_queue_id AND m.channel_id = v_channel.id;
+        INSERT INTO lonnymq.channel_admission (channel_id, admitted) VALUES (v_channel.id, v_live)
+        ON CONFLICT (channel_id) DO UPDATE SET admitted = EXCLUDED.admitted;
+    ELSE
+        DELETE FROM lonnymq.channel_admission a WHERE a.channel_id = v_channel.id;
+    END IF;
+
+    UPDATE lonnymq.channel c
+    SET explicit = true,
+        max_concurrency = channel_set.max_concurrency,
+        release_interval_ms = channel_set.release_interval_ms,
+        max_size = channel_set.max_size,
+        max_attempts = channel_set.max_attempts,
+        retain_completed = channel_set.retain_completed,
+        removed_count = 0,
+        ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, channel_set.release_interval_ms,
+                                     c.locked_count, channel_set.max_concurrency)
+    WHERE c.id = v_channel.id
+    RETURNING c.* INTO v_channel;
+    RETURN v_channel;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.channel_set(text, text, integer, bigint, bigint, integer, boolean)
+    IS 'Creates or updates a channel policy; NULL limits mean unlimited.';
+
+-- Deletes an empty channel. Status: deleted, not_found, not_empty.
+CREATE FUNCTION lonnymq.channel_delete(queue text, channel text) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+    v_channel lonnymq.channel;
+BEGIN
+    PERFORM lonnymq._check_name(channel_delete.queue, 'queue', false);
+    PERFORM lonnymq._check_name(channel_delete.channel, 'channel', false);
+    v_queue_id := lonnymq._queue_id(channel_delete.queue, false);
+    IF v_queue_id IS NULL THEN
+        RETURN 'not_found';
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(v_queue_id, channel_delete.channel));
+    SELECT c.* INTO v_channel FROM lonnymq.channel c
+    WHERE c.queue_id = v_queue_id AND c.name = channel_delete.channel
+    FOR UPDATE;
+    IF v_channel.id IS NULL THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_channel.locked_count > 0 OR EXISTS (
+        SELECT 1 FROM lonnymq.message m
+        WHERE m.queue_id = v_queue_id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+    ) THEN
+        RETURN 'not_empty';
+    END IF;
+    -- Leftover hints name a missing channel; dequeue discards them as it meets them.
+    DELETE FROM lonnymq.channel_admission a WHERE a.channel_id = v_channel.id;
+    DELETE FROM lonnymq.channel c WHERE c.id = v_channel.id;
+    RETURN 'deleted';
+END
+$$;
+COMMENT ON FUNCTION lonnymq.channel_delete(text, text) IS 'Deletes an empty channel: deleted, not_found, not_empty.';
+
+-- Removes implicit channels that have been empty for lonnymq.channel_idle_ms
+-- (default one minute). Skips, never waits for, channels in use. Returns the
+-- number removed. Runs on every channel creation (two at a time) and from the
+-- maintenance job.
+CREATE FUNCTION lonnymq.channel_sweep(max_channels integer DEFAULT 1000) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_candidate record;
+    v_removed integer := 0;
+BEGIN
+    IF channel_sweep.max_channels IS NULL OR channel_sweep.max_channels < 0 THEN
+        PERFORM lonnymq._invalid('max_channels must be 0 or more');
+    END IF;
+    FOR v_candidate IN
+        SELECT c.id, c.queue_id, c.name
+        FROM lonnymq.channel c
+        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0
+          AND c.last_turn_ms <= lonnymq._now_ms() - lonnymq._channel_idle_ms()
+        ORDER BY c.last_turn_ms
+        LIMIT channel_sweep.max_channels
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        -- A producer in flight holds the shared lock: leave that channel be.
+        CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._lock_class(),
+            lonnymq._channel_lock_key(v_candidate.queue_id, v_candidate.name));
+        -- Committed messages whose hint is not absorbed yet keep it alive.
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM lonnymq.message m
+            WHERE m.queue_id = v_candidate.queue_id AND m.channel_id = v_candidate.id
+              AND m.locked_until_ms IS NULL);
+        DELETE FROM lonnymq.channel c WHERE c.id = v_candidate.id;
+        v_removed := v_removed + 1;
+    END LOOP;
+    RETURN v_removed;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.channel_sweep(integer) IS 'Removes idle empty implicit channels; returns how many.';

@@ -1,0 +1,262 @@
+-- ===========================================================================
+-- Creating messages.
+-- ===========================================================================
+
+-- How far apart priority levels sit, in milliseconds (2^48, ~8900 years):
+-- further than any two real timestamps, so priority 1 sorts ahead of every
+-- ordinary message and FIFO order holds within a level.
+CREATE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 281474976710656::bigint $$;
+COMMENT ON FUNCTION lonnymq._priority_step_ms() IS 'Distance between priority levels in dequeue_ms.';
+
+-- Validates the arguments that every creation path shares.
+CREATE FUNCTION lonnymq._check_create(p_content bytea, p_delay_ms bigint, p_priority integer, p_dedup_key text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_content IS NULL THEN
+        PERFORM lonnymq._invalid('content must not be NULL');
+    END IF;
+    IF p_delay_ms IS NULL OR p_delay_ms < 0 OR p_delay_ms > 315576000000000 THEN
+        PERFORM lonnymq._invalid('delay_ms must be between 0 and 10000 years');
+    END IF;
+    IF p_priority IS NULL OR p_priority < 0 OR p_priority > 32767 THEN
+        PERFORM lonnymq._invalid('priority must be between 0 and 32767');
+    END IF;
+    IF p_dedup_key IS NOT NULL AND (pg_catalog.length(p_dedup_key) = 0 OR pg_catalog.length(p_dedup_key) > 512) THEN
+        PERFORM lonnymq._invalid('dedup_key must be 1 to 512 characters long, or NULL');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Validates message arguments.';
+
+-- The one creation path: message_create, message_create_batch and
+-- archive_requeue all come through here. Arguments are already validated.
+-- Locks taken: the channel's advisory lock (shared) and, for channels with a
+-- max_size, their admission row; never the channel row itself.
+CREATE FUNCTION lonnymq._create_one(
+    p_queue_id integer, p_queue text, p_channel text, p_content bytea, p_dequeue_ms bigint,
+    p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
+    OUT status text, OUT id bigint
+)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+    v_admitted bigint;
+    v_removed bigint;
+    v_dequeue_ms bigint := p_dequeue_ms;
+BEGIN
+    IF p_priority > 0 THEN
+        v_dequeue_ms := lonnymq._now_ms() - p_priority::bigint * lonnymq._priority_step_ms();
+    END IF;
+    IF p_channel IS NOT NULL THEN
+        v_channel := lonnymq._channel_for_create(p_queue_id, p_channel);
+        IF v_channel.max_size IS NOT NULL THEN
+            SELECT a.admitted INTO v_admitted FROM lonnymq.channel_admission a
+            WHERE a.channel_id = v_channel.id FOR UPDATE;
+            -- Removals committed so far; uncommitted ones count as still live,
+            -- so the limit errs on the side of refusing.
+            SELECT c.removed_count INTO v_removed FROM lonnymq.channel c WHERE c.id = v_channel.id;
+            IF v_admitted - v_removed >= v_channel.max_size THEN
+                IF p_dedup_key IS NOT NULL THEN
+                    SELECT m.id INTO id FROM lonnymq.message m
+                    WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key;
+                    IF id IS NOT NULL THEN
+                        status := 'deduplicated';
+                        RETURN;
+                    END IF;
+                END IF;
+                status := 'dropped';
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+
+    LOOP
+        INSERT INTO lonnymq.message AS m
+            (queue_id, channel_id, content, state, num_attempts, dequeue_ms, priority, dedup_key)
+        VALUES (p_queue_id, v_channel.id, p_content, p_state, p_num_attempts, v_dequeue_ms, p_priority, p_dedup_key)
+        ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        RETURNING m.id INTO id;
+        EXIT WHEN id IS NOT NULL;
+        SELECT m.id INTO id FROM lonnymq.message m
+        WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key;
+        IF id IS NOT NULL THEN
+            status := 'deduplicated';
+            RETURN;
+        END IF;
+        -- The duplicate left between the two statements: try again.
+    END LOOP;
+
+    IF v_channel.id IS NOT NULL THEN
+        IF v_channel.max_size IS NOT NULL THEN
+            UPDATE lonnymq.channel_admission a SET admitted = a.admitted + 1
+            WHERE a.channel_id = v_channel.id;
+        END IF;
+        INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+        VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
+    END IF;
+    PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
+    status := 'created';
+END
+$$;
+COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, integer, text, bytea, bigint, text)
+    IS 'Creates one validated message: created, deduplicated or dropped.';
+
+-- Creates a message. channel NULL: a plain FIFO message with no channel.
+-- Ready at coalesce(dequeue_at, now) + delay_ms; priority > 0 means "run now,
+-- ahead of the channel's ordinary messages".
+CREATE FUNCTION lonnymq.message_create(
+    queue text,
+    channel text,
+    content bytea,
+    dequeue_at timestamptz DEFAULT NULL,
+    delay_ms bigint DEFAULT 0,
+    priority integer DEFAULT 0,
+    dedup_key text DEFAULT NULL,
+    state bytea DEFAULT NULL,
+    OUT status text,
+    OUT id bigint
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_base_ms bigint;
+BEGIN
+    PERFORM lonnymq._check_name(message_create.queue, 'queue', false);
+    PERFORM lonnymq._check_name(message_create.channel, 'channel', true);
+    PERFORM lonnymq._check_create(message_create.content, message_create.delay_ms,
+                                  message_create.priority, message_create.dedup_key);
+    IF message_create.priority > 0 AND (message_create.dequeue_at IS NOT NULL OR message_create.delay_ms > 0) THEN
+        PERFORM lonnymq._invalid('a priority message runs now: do not combine priority with dequeue_at or delay_ms');
+    END IF;
+    v_base_ms := CASE WHEN message_create.dequeue_at IS NULL THEN lonnymq._now_ms()
+                      ELSE lonnymq._ms_of(message_create.dequeue_at, 'dequeue_at') END;
+    SELECT r.status, r.id INTO status, id
+    FROM lonnymq._create_one(lonnymq._queue_id(message_create.queue, true), message_create.queue,
+                             message_create.channel, message_create.content,
+                             v_base_ms + message_create.delay_ms, message_create.priority,
+                             message_create.dedup_key, message_create.state, 0, 'created') r;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigint, integer, text, bytea)
+    IS 'Creates a message: (created|deduplicated|dropped, id).';
+
+-- Creates many messages in input order, each under every per-message rule.
+-- With an idempotency_key already used in this queue, creates nothing and
+-- answers duplicate_batch with the ids the first call created.
+CREATE FUNCTION lonnymq.message_create_batch(
+    queue text,
+    channels text[],
+    contents bytea[],
+    dequeue_ats timestamptz[] DEFAULT NULL,
+    dedup_keys text[] DEFAULT NULL,
+    idempotency_key text DEFAULT NULL
+) RETURNS TABLE (status text, id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := pg_catalog.cardinality(message_create_batch.contents);
+    v_queue_id integer;
+    v_now_ms bigint;
+    v_ids bigint[] := '{}';
+    v_previous bigint[];
+    v_result record;
+    v_name text;
+    i integer;
+BEGIN
+    PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
+    IF message_create_batch.contents IS NULL THEN
+        PERFORM lonnymq._invalid('contents must not be NULL');
+    END IF;
+    IF pg_catalog.array_ndims(message_create_batch.contents) > 1 THEN
+        PERFORM lonnymq._invalid('contents must be a one-dimensional array');
+    END IF;
+    IF v_count > 100000 THEN
+        PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
+    END IF;
+    IF message_create_batch.channels IS NOT NULL
+       AND pg_catalog.cardinality(message_create_batch.channels) <> v_count THEN
+        PERFORM lonnymq._invalid('channels must have as many elements as contents');
+    END IF;
+    IF message_create_batch.dequeue_ats IS NOT NULL
+       AND pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count THEN
+        PERFORM lonnymq._invalid('dequeue_ats must have as many elements as contents');
+    END IF;
+    IF message_create_batch.dedup_keys IS NOT NULL
+       AND pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count THEN
+        PERFORM lonnymq._invalid('dedup_keys must have as many elements as contents');
+    END IF;
+    IF message_create_batch.idempotency_key IS NOT NULL
+       AND (pg_catalog.length(message_create_batch.idempotency_key) = 0
+            OR pg_catalog.length(message_create_batch.idempotency_key) > 512) THEN
+        PERFORM lonnymq._invalid('idempotency_key must be 1 to 512 characters long, or NULL');
+    END IF;
+    FOR i IN 1 .. v_count LOOP
+        PERFORM lonnymq._check_create(message_create_batch.contents[i], 0, 0,
+                                      message_create_batch.dedup_keys[i]);
+        PERFORM lonnymq._check_name(message_create_batch.channels[i], 'channels element', true);
+        IF message_create_batch.dequeue_ats[i] IS NOT NULL THEN
+            PERFORM lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element');
+        END IF;
+    END LOOP;
+
+    v_queue_id := lonnymq._queue_id(message_create_batch.queue, true);
+    IF message_create_batch.idempotency_key IS NOT NULL THEN
+        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key)
+        VALUES (v_queue_id, message_create_batch.idempotency_key)
+        ON CONFLICT (queue_id, idempotency_key) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT b.message_ids INTO v_previous FROM lonnymq.batch b
+            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+            FOR i IN 1 .. v_count LOOP
+                status := 'duplicate_batch';
+                id := v_previous[i];
+                RETURN NEXT;
+            END LOOP;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Take every channel (creating new ones) in name order first: two batches
+    -- that create the same new channels then cannot wait on each other in a cycle.
+    FOR v_name IN
+        SELECT DISTINCT n FROM pg_catalog.unnest(message_create_batch.channels) AS n
+        WHERE n IS NOT NULL ORDER BY n
+    LOOP
+        PERFORM lonnymq._channel_for_create(v_queue_id, v_name);
+    END LOOP;
+    -- Likewise the admission rows of capped channels, in id order.
+    PERFORM 1 FROM lonnymq.channel_admission a
+    WHERE a.channel_id IN (
+        SELECT c.id FROM lonnymq.channel c
+        WHERE c.queue_id = v_queue_id AND c.name = ANY (message_create_batch.channels))
+    ORDER BY a.channel_id
+    FOR UPDATE;
+
+    v_now_ms := lonnymq._now_ms();
+    FOR i IN 1 .. v_count LOOP
+        SELECT r.status, r.id INTO v_result
+        FROM lonnymq._create_one(v_queue_id, message_create_batch.queue, message_create_batch.channels[i],
+                                 message_create_batch.contents[i],
+                                 CASE WHEN message_create_batch.dequeue_ats[i] IS NULL THEN v_now_ms
+                                      ELSE lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element') END,
+                                 0, message_create_batch.dedup_keys[i], NULL, 0, 'created') r;
+        status := v_result.status;
+        id := v_result.id;
+        v_ids := v_ids || v_result.id;
+        RETURN NEXT;
+    END LOOP;
+
+    IF message_create_batch.idempotency_key IS NOT NULL THEN
+        UPDATE lonnymq.batch b SET message_ids = v_ids
+        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestamptz[], text[], text)
+    IS 'Creates messages in input order; an idempotency_key makes a repeat create nothing.';

@@ -1,0 +1,212 @@
+-- ===========================================================================
+-- Dequeue: expired locks first, then the fairest ready channel.
+-- Never waits for a lock (every probe is SKIP LOCKED), so it cannot deadlock
+-- and a busy row only ever sends it to the next candidate.
+-- ===========================================================================
+
+-- Builds the row a dequeue returns from a freshly locked message.
+CREATE FUNCTION lonnymq._delivery(p_message lonnymq.message, p_channel text, p_recovered boolean)
+RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz, recovered boolean)
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p_message.id, p_channel, p_message.content, p_message.state, p_message.num_attempts,
+           lonnymq._to_timestamptz(p_message.dequeue_ms + p_message.priority::bigint * lonnymq._priority_step_ms()),
+           p_recovered
+$$;
+COMMENT ON FUNCTION lonnymq._delivery(lonnymq.message, text, boolean) IS 'A dequeue result row.';
+
+-- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
+-- like max_messages single dequeues in a row (SPEC 3.13).
+CREATE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
+RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz, recovered boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue lonnymq.queue;
+    v_now_ms bigint;
+    v_delivered integer := 0;
+    v_message lonnymq.message;
+    v_channel lonnymq.channel;
+    v_next_head_ms bigint;
+    v_seq bigint;
+    v_free_ms bigint;            -- scheduling key of the channel-less messages
+    v_free_exhausted boolean := false;
+    v_has_channels boolean;
+    v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
+    v_tried bigint[] := '{}';    -- channels found stale in this call
+BEGIN
+    PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
+    IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms < 1
+       OR message_dequeue.lock_ms > 31557600000000 THEN
+        PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
+    END IF;
+    IF message_dequeue.max_messages IS NULL OR message_dequeue.max_messages < 1
+       OR message_dequeue.max_messages > 10000 THEN
+        PERFORM lonnymq._invalid('max_messages must be between 1 and 10000');
+    END IF;
+
+    SELECT q.* INTO v_queue FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
+    IF v_queue.id IS NULL THEN
+        RETURN;
+    END IF;
+    v_now_ms := lonnymq._now_ms();
+    PERFORM lonnymq._absorb_hints(v_queue.id, v_now_ms, 64 + message_dequeue.max_messages);
+    v_has_channels := EXISTS (SELECT 1 FROM lonnymq.channel c
+                              WHERE c.queue_id = v_queue.id AND c.ready_ms IS NOT NULL);
+
+    WHILE v_delivered < message_dequeue.max_messages LOOP
+        -- 1. Recovery: a lock that expired is redelivered before fresh work.
+        --    Its channel slot is still counted, so limits are unaffected.
+        SELECT m.* INTO v_message FROM lonnymq.message m
+        WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
+          AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
+        ORDER BY m.locked_until_ms, m.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF v_message.id IS NOT NULL THEN
+            v_channel := NULL;
+            IF v_message.channel_id IS NOT NULL THEN
+                SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
+            END IF;
+            IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
+                -- Dead-letter: needs the channel row, but without waiting.
+                PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_channel.id FOR NO KEY UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    v_skipped := v_skipped || v_message.id;
+                ELSE
+                    PERFORM lonnymq._settle_locked(v_message, 'dead',
+                        pg_catalog.format('lock expired after attempt %s of %s', v_message.num_attempts,
+                                          v_channel.max_attempts));
+                    PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                END IF;
+                v_message := NULL;
+                CONTINUE;
+            END IF;
+            UPDATE lonnymq.message m
+            SET num_attempts = m.num_attempts + 1,
+                locked_until_ms = v_now_ms + message_dequeue.lock_ms
+            WHERE m.id = v_message.id
+            RETURNING m.* INTO v_message;
+            RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, true);
+            v_delivered := v_delivered + 1;
+            v_message := NULL;
+            CONTINUE;
+        END IF;
+
+        -- 2. The channel-less messages compete as one more channel whose last
+        --    turn is kept on the queue row.
+        v_free_ms := NULL;
+        IF NOT v_free_exhausted THEN
+            SELECT greatest(m.dequeue_ms, v_queue.nochannel_turn_ms) INTO v_free_ms
+            FROM lonnymq.message m
+            WHERE m.queue_id = v_queue.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
+              AND m.dequeue_ms <= v_now_ms
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1;
+        END IF;
+
+        -- 3. The channel that has waited longest, if it beats the channel-less turn.
+        v_channel := NULL;
+        IF v_has_channels THEN
+            SELECT c.* INTO v_channel FROM lonnymq.channel c
+            WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
+              AND (v_free_ms IS NULL
+                   OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+            ORDER BY c.ready_ms, c.turn_seq
+            LIMIT 1
+            FOR NO KEY UPDATE SKIP LOCKED;
+        END IF;
+
+        IF v_channel.id IS NOT NULL THEN
+            SELECT m.* INTO v_message FROM lonnymq.message m
+            WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
+                -- The key was stale (a cancel, or a head held by a canceller):
+                -- recompute it and look elsewhere.
+                PERFORM lonnymq._channel_refresh(v_channel.id);
+                v_tried := v_tried || v_channel.id;
+                v_message := NULL;
+                CONTINUE;
+            END IF;
+            IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
+                -- A deferred message out of attempts: dead-letter, no slot was taken.
+                PERFORM lonnymq._archive(v_message, 'dead',
+                    pg_catalog.format('deferred after attempt %s of %s', v_message.num_attempts,
+                                      v_channel.max_attempts));
+                DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
+                UPDATE lonnymq.channel c
+                SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
+                WHERE c.id = v_channel.id;
+                PERFORM lonnymq._channel_refresh(v_channel.id);
+                PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                v_message := NULL;
+                CONTINUE;
+            END IF;
+            UPDATE lonnymq.message m
+            SET num_attempts = m.num_attempts + 1,
+                locked_until_ms = v_now_ms + message_dequeue.lock_ms
+            WHERE m.id = v_message.id
+            RETURNING m.* INTO v_message;
+            SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
+            WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1;
+            v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+            UPDATE lonnymq.channel c
+            SET locked_count = c.locked_count + 1,
+                last_turn_ms = v_now_ms,
+                turn_seq = v_seq,
+                head_ms = v_next_head_ms,
+                ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
+                                             c.locked_count + 1, c.max_concurrency)
+            WHERE c.id = v_channel.id;
+            RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, false);
+            v_delivered := v_delivered + 1;
+            v_message := NULL;
+            CONTINUE;
+        END IF;
+
+        IF v_free_ms IS NULL THEN
+            EXIT;  -- nothing ready anywhere
+        END IF;
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1,
+            locked_until_ms = v_now_ms + message_dequeue.lock_ms
+        WHERE m.id = (
+            SELECT f.id FROM lonnymq.message f
+            WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
+              AND f.dequeue_ms <= v_now_ms
+            ORDER BY f.dequeue_ms, f.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+        RETURNING m.* INTO v_message;
+        IF v_message.id IS NULL THEN
+            -- Every ready channel-less message is being claimed by others.
+            v_free_exhausted := true;
+            CONTINUE;
+        END IF;
+        IF v_has_channels THEN
+            -- Record the turn only when channels compete for it, and only if
+            -- the queue row is free: channel-less traffic never queues on it.
+            v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+            UPDATE lonnymq.queue q
+            SET nochannel_turn_ms = v_now_ms, nochannel_turn_seq = v_seq
+            WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = v_queue.id
+                          FOR NO KEY UPDATE SKIP LOCKED);
+            v_queue.nochannel_turn_ms := v_now_ms;
+            v_queue.nochannel_turn_seq := v_seq;
+        END IF;
+        RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, NULL, false);
+        v_delivered := v_delivered + 1;
+        v_message := NULL;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
+    IS 'Locks and returns up to max_messages ready messages, fairly across channels.';

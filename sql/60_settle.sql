@@ -1,0 +1,229 @@
+-- ===========================================================================
+-- Settling delivered messages. num_attempts is a fencing token (SPEC 3.7):
+-- only the holder of the current delivery may settle it. Lock order is
+-- always message row, then channel row.
+-- ===========================================================================
+
+-- Validates the (id, num_attempts) pair every settle call takes.
+CREATE FUNCTION lonnymq._check_delivery(p_id bigint, p_num_attempts bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM lonnymq._invalid('id must not be NULL');
+    END IF;
+    IF p_num_attempts IS NULL OR p_num_attempts < 1 THEN
+        PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_delivery(bigint, bigint) IS 'Validates a delivery reference.';
+
+-- Locks the message of a delivery. Returns it when the caller holds the
+-- current delivery; otherwise a status (not_found, state_invalid) in p_status.
+CREATE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT m.* INTO p_message FROM lonnymq.message m WHERE m.id = p_id FOR UPDATE;
+    IF p_message.id IS NULL THEN
+        p_status := 'not_found';
+    ELSIF p_message.locked_until_ms IS NULL OR p_message.num_attempts <> p_num_attempts THEN
+        -- Not delivered, or redelivered since: the caller's attempt is stale.
+        p_status := 'state_invalid';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Locks a message and checks the fencing token.';
+
+-- Completes a delivered message. Status: completed, not_found, state_invalid.
+CREATE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lock record;
+BEGIN
+    PERFORM lonnymq._check_delivery(message_complete.id, message_complete.num_attempts);
+    v_lock := lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);
+    IF v_lock.p_status IS NOT NULL THEN
+        RETURN v_lock.p_status;
+    END IF;
+    PERFORM lonnymq._settle_locked(v_lock.p_message, 'completed', NULL);
+    RETURN 'completed';
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a delivery: completed, not_found, state_invalid.';
+
+-- Completes many deliveries; one (id, status) row per input element. Locks
+-- all messages, then all channels, each in id order, so concurrent batches
+-- cannot deadlock.
+CREATE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
+RETURNS TABLE (id bigint, status text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock record;
+    i integer;
+BEGIN
+    IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
+        PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
+    END IF;
+    IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
+        PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
+    END IF;
+    IF pg_catalog.cardinality(message_complete_batch.ids) > 100000 THEN
+        PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
+    END IF;
+    FOR i IN 1 .. pg_catalog.cardinality(message_complete_batch.ids) LOOP
+        PERFORM lonnymq._check_delivery(message_complete_batch.ids[i], message_complete_batch.num_attempts[i]);
+    END LOOP;
+
+    PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
+    ORDER BY m.id FOR UPDATE;
+    PERFORM 1 FROM lonnymq.channel c
+    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+    ORDER BY c.id FOR NO KEY UPDATE;
+
+    FOR i IN 1 .. pg_catalog.cardinality(message_complete_batch.ids) LOOP
+        id := message_complete_batch.ids[i];
+        v_lock := lonnymq._lock_delivery(message_complete_batch.ids[i], message_complete_batch.num_attempts[i]);
+        IF v_lock.p_status IS NOT NULL THEN
+            status := v_lock.p_status;
+        ELSE
+            PERFORM lonnymq._settle_locked(v_lock.p_message, 'completed', NULL);
+            status := 'completed';
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_complete_batch(bigint[], bigint[]) IS 'Completes many deliveries.';
+
+-- Releases a delivery back to its channel for later, keeping num_attempts;
+-- a non-NULL state replaces the saved one. Ready at coalesce(dequeue_at, now)
+-- + delay_ms. Status: deferred, not_found, state_invalid.
+CREATE FUNCTION lonnymq.message_defer(
+    id bigint,
+    num_attempts bigint,
+    dequeue_at timestamptz DEFAULT NULL,
+    delay_ms bigint DEFAULT 0,
+    state bytea DEFAULT NULL
+) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lock record;
+    v_dequeue_ms bigint;
+    v_queue text;
+BEGIN
+    PERFORM lonnymq._check_delivery(message_defer.id, message_defer.num_attempts);
+    IF message_defer.delay_ms IS NULL OR message_defer.delay_ms < 0 OR message_defer.delay_ms > 315576000000000 THEN
+        PERFORM lonnymq._invalid('delay_ms must be between 0 and 10000 years');
+    END IF;
+    v_dequeue_ms := CASE WHEN message_defer.dequeue_at IS NULL THEN lonnymq._now_ms()
+                         ELSE lonnymq._ms_of(message_defer.dequeue_at, 'dequeue_at') END
+                    + message_defer.delay_ms;
+    v_lock := lonnymq._lock_delivery(message_defer.id, message_defer.num_attempts);
+    IF v_lock.p_status IS NOT NULL THEN
+        RETURN v_lock.p_status;
+    END IF;
+    UPDATE lonnymq.message m
+    SET locked_until_ms = NULL,
+        dequeue_ms = v_dequeue_ms,
+        priority = 0,
+        state = coalesce(message_defer.state, m.state)
+    WHERE m.id = message_defer.id;
+    IF (v_lock.p_message).channel_id IS NOT NULL THEN
+        -- This transaction holds the channel row, so it can move the head
+        -- itself: no hint needed.
+        UPDATE lonnymq.channel c
+        SET locked_count = c.locked_count - 1,
+            head_ms = least(c.head_ms, v_dequeue_ms),
+            ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
+                                         c.release_interval_ms, c.locked_count - 1, c.max_concurrency)
+        WHERE c.id = (v_lock.p_message).channel_id;
+    END IF;
+    SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
+    PERFORM lonnymq._notify('lonnymq', v_queue, 'deferred');
+    RETURN 'deferred';
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_defer(bigint, bigint, timestamptz, bigint, bytea)
+    IS 'Reschedules a delivery, keeping attempts: deferred, not_found, state_invalid.';
+
+-- Extends the lock of the current delivery; never shortens it.
+-- Status: extended, not_found, state_invalid.
+CREATE FUNCTION lonnymq.message_heartbeat(id bigint, num_attempts bigint, lock_ms bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lock record;
+BEGIN
+    PERFORM lonnymq._check_delivery(message_heartbeat.id, message_heartbeat.num_attempts);
+    IF message_heartbeat.lock_ms IS NULL OR message_heartbeat.lock_ms < 1
+       OR message_heartbeat.lock_ms > 31557600000000 THEN
+        PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
+    END IF;
+    v_lock := lonnymq._lock_delivery(message_heartbeat.id, message_heartbeat.num_attempts);
+    IF v_lock.p_status IS NOT NULL THEN
+        RETURN v_lock.p_status;
+    END IF;
+    UPDATE lonnymq.message m
+    SET locked_until_ms = greatest(m.locked_until_ms, lonnymq._now_ms() + message_heartbeat.lock_ms)
+    WHERE m.id = message_heartbeat.id;
+    RETURN 'extended';
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_heartbeat(bigint, bigint, bigint)
+    IS 'Extends the lock of the current delivery: extended, not_found, state_invalid.';
+
+-- Gives up on a delivery: moves it to the archive as failed.
+-- Status: failed, not_found, state_invalid.
+CREATE FUNCTION lonnymq.message_fail(id bigint, num_attempts bigint, error text DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lock record;
+    v_queue text;
+BEGIN
+    PERFORM lonnymq._check_delivery(message_fail.id, message_fail.num_attempts);
+    v_lock := lonnymq._lock_delivery(message_fail.id, message_fail.num_attempts);
+    IF v_lock.p_status IS NOT NULL THEN
+        RETURN v_lock.p_status;
+    END IF;
+    PERFORM lonnymq._settle_locked(v_lock.p_message, 'failed', message_fail.error);
+    SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
+    PERFORM lonnymq._notify('lonnymq_dead', v_queue, 'failed');
+    RETURN 'failed';
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_fail(bigint, bigint, text) IS 'Archives a delivery as failed: failed, not_found, state_invalid.';
+
+-- Removes a pending message. Status: cancelled, locked (in flight: settle it
+-- instead), not_found.
+CREATE FUNCTION lonnymq.message_cancel(id bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_message lonnymq.message;
+BEGIN
+    IF message_cancel.id IS NULL THEN
+        PERFORM lonnymq._invalid('id must not be NULL');
+    END IF;
+    SELECT m.* INTO v_message FROM lonnymq.message m WHERE m.id = message_cancel.id FOR UPDATE;
+    IF v_message.id IS NULL THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_message.locked_until_ms IS NOT NULL THEN
+        RETURN 'locked';
+    END IF;
+    DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
+    -- The channel head may now be early; dequeue corrects an early head when
+    -- it meets it. Only the capacity count needs the channel row now.
+    UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1
+    WHERE c.id = v_message.channel_id AND c.max_size IS NOT NULL;
+    RETURN 'cancelled';
+END
+$$;
+COMMENT ON FUNCTION lonnymq.message_cancel(bigint) IS 'Removes a pending message: cancelled, locked, not_found.';

@@ -1,0 +1,165 @@
+-- ===========================================================================
+-- Inspection: views with stable column names, wait_hint_ms, verify.
+-- Views run with the extension owner's rights: GRANT SELECT on a view shows
+-- its rows without opening the tables underneath.
+-- ===========================================================================
+
+CREATE VIEW lonnymq.messages AS
+SELECT m.id, q.name AS queue, c.name AS channel, m.content, m.state, m.num_attempts,
+       lonnymq._to_timestamptz(m.dequeue_ms + m.priority::bigint * lonnymq._priority_step_ms()) AS dequeue_at,
+       lonnymq._to_timestamptz(m.locked_until_ms) AS locked_until,
+       m.created_at, m.priority, m.dedup_key
+FROM lonnymq.message m
+JOIN lonnymq.queue q ON q.id = m.queue_id
+LEFT JOIN lonnymq.channel c ON c.id = m.channel_id;
+COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
+
+-- Per channel, plus one row per queue (channel NULL) for channel-less messages.
+CREATE VIEW lonnymq.channel_stats AS
+WITH now_ms AS (SELECT lonnymq._now_ms() AS ms),
+counts AS (
+    SELECT m.queue_id, m.channel_id,
+           pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS ready,
+           pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms > n.ms) AS scheduled,
+           pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NOT NULL) AS locked,
+           pg_catalog.min(m.dequeue_ms + m.priority::bigint * lonnymq._priority_step_ms())
+               FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS oldest_ready_at_ms
+    FROM lonnymq.message m CROSS JOIN now_ms n
+    GROUP BY m.queue_id, m.channel_id
+)
+SELECT q.name AS queue, c.name AS channel,
+       coalesce(k.ready, 0) AS ready,
+       coalesce(k.scheduled, 0) AS scheduled,
+       coalesce(k.locked, 0) AS locked,
+       c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts, c.retain_completed,
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms
+FROM lonnymq.channel c
+JOIN lonnymq.queue q ON q.id = c.queue_id
+CROSS JOIN now_ms n
+LEFT JOIN counts k ON k.queue_id = c.queue_id AND k.channel_id = c.id
+UNION ALL
+SELECT q.name, NULL, k.ready, k.scheduled, k.locked, NULL, NULL, NULL, NULL, NULL,
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END
+FROM counts k
+JOIN lonnymq.queue q ON q.id = k.queue_id
+CROSS JOIN now_ms n
+WHERE k.channel_id IS NULL;
+COMMENT ON VIEW lonnymq.channel_stats IS 'Ready, scheduled and locked counts with the policy of every channel.';
+
+CREATE VIEW lonnymq.queue_stats AS
+SELECT q.name AS queue,
+       (SELECT pg_catalog.count(*) FROM lonnymq.channel c WHERE c.queue_id = q.id) AS channels,
+       coalesce(pg_catalog.sum(s.ready), 0)::bigint AS ready,
+       coalesce(pg_catalog.sum(s.scheduled), 0)::bigint AS scheduled,
+       coalesce(pg_catalog.sum(s.locked), 0)::bigint AS locked,
+       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived
+FROM lonnymq.queue q
+LEFT JOIN lonnymq.channel_stats s ON s.queue = q.name
+GROUP BY q.id, q.name;
+COMMENT ON VIEW lonnymq.queue_stats IS 'Totals per queue.';
+
+-- Milliseconds until a dequeue of the queue could return something: 0 now,
+-- NULL when nothing is queued. A worker's fallback sleep between wake-ups.
+-- Each term is one index probe.
+CREATE FUNCTION lonnymq.wait_hint_ms(queue text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+    v_next_ms bigint;
+BEGIN
+    PERFORM lonnymq._check_name(wait_hint_ms.queue, 'queue', false);
+    v_queue_id := lonnymq._queue_id(wait_hint_ms.queue, false);
+    IF v_queue_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_next_ms := least(
+        (SELECT c.ready_ms FROM lonnymq.channel c
+         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL ORDER BY c.ready_ms LIMIT 1),
+        (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
+         WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
+        (SELECT m.dequeue_ms FROM lonnymq.message m
+         WHERE m.queue_id = v_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
+         ORDER BY m.dequeue_ms LIMIT 1),
+        (SELECT m.locked_until_ms FROM lonnymq.message m
+         WHERE m.queue_id = v_queue_id AND m.locked_until_ms IS NOT NULL
+         ORDER BY m.locked_until_ms LIMIT 1));
+    IF v_next_ms IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN greatest(0, v_next_ms - lonnymq._now_ms());
+END
+$$;
+COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next message could be dequeued; NULL if none queued.';
+
+-- Checks the invariants the fast paths rely on; one row per violation, none
+-- when healthy. Scans everything: a diagnostic, not for hot paths.
+CREATE FUNCTION lonnymq.verify() RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH per_channel AS (
+        SELECT m.channel_id,
+               pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NOT NULL) AS locked,
+               pg_catalog.count(*) AS live,
+               pg_catalog.min(m.dequeue_ms) FILTER (WHERE m.locked_until_ms IS NULL) AS true_head_ms
+        FROM lonnymq.message m WHERE m.channel_id IS NOT NULL
+        GROUP BY m.channel_id
+    ),
+    named AS (
+        SELECT c.*, q.name AS queue_name,
+               coalesce(p.locked, 0) AS actual_locked,
+               coalesce(p.live, 0) AS actual_live,
+               p.true_head_ms
+        FROM lonnymq.channel c
+        JOIN lonnymq.queue q ON q.id = c.queue_id
+        LEFT JOIN per_channel p ON p.channel_id = c.id
+    )
+    SELECT pg_catalog.format('channel %s/%s: locked_count is %s but %s messages are locked',
+                             n.queue_name, n.name, n.locked_count, n.actual_locked)
+    FROM named n WHERE n.locked_count <> n.actual_locked
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: ready_ms is %s but its head, turn and limits give %s',
+                             n.queue_name, n.name, n.ready_ms,
+                             lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
+                                               n.locked_count, n.max_concurrency))
+    FROM named n
+    WHERE n.ready_ms IS DISTINCT FROM lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
+                                                        n.locked_count, n.max_concurrency)
+    UNION ALL
+    -- The head must never be later than the earliest unlocked message unless
+    -- a hint will correct it; otherwise that message would be stranded.
+    SELECT pg_catalog.format('channel %s/%s: earliest unlocked message at %s ms is not reachable (head_ms %s, no hint)',
+                             n.queue_name, n.name, n.true_head_ms, n.head_ms)
+    FROM named n
+    WHERE n.true_head_ms IS NOT NULL
+      AND (n.head_ms IS NULL OR n.head_ms > n.true_head_ms)
+      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel_hint h
+                      WHERE h.channel_id = n.id AND h.dequeue_ms <= n.true_head_ms)
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: admission count says %s live messages but there are %s',
+                             n.queue_name, n.name, a.admitted - n.removed_count, n.actual_live)
+    FROM named n JOIN lonnymq.channel_admission a ON a.channel_id = n.id
+    WHERE n.max_size IS NOT NULL AND a.admitted - n.removed_count <> n.actual_live
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: max_size is set but there is no admission row', n.queue_name, n.name)
+    FROM named n
+    WHERE n.max_size IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel_admission a WHERE a.channel_id = n.id)
+    UNION ALL
+    SELECT pg_catalog.format('message %s: its channel %s does not exist', m.id, m.channel_id)
+    FROM lonnymq.message m
+    WHERE m.channel_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = m.channel_id)
+    UNION ALL
+    SELECT pg_catalog.format('message %s: its queue %s does not exist', m.id, m.queue_id)
+    FROM lonnymq.message m
+    WHERE NOT EXISTS (SELECT 1 FROM lonnymq.queue q WHERE q.id = m.queue_id)
+    UNION ALL
+    SELECT pg_catalog.format('message %s: locked but never delivered (num_attempts 0)', m.id)
+    FROM lonnymq.message m
+    WHERE m.locked_until_ms IS NOT NULL AND m.num_attempts < 1
+    UNION ALL
+    SELECT pg_catalog.format('message %s: channel belongs to another queue', m.id)
+    FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
+    WHERE c.queue_id <> m.queue_id
+$$;
+COMMENT ON FUNCTION lonnymq.verify() IS 'Broken invariants, one row each; empty when healthy.';
