@@ -18,9 +18,9 @@ from .models import (
     QueueStats,
 )
 
+# channel_set returns the channel table row: pick the policy columns by name.
 CHANNEL_SET = """
-SELECT queue, channel, max_concurrency, release_interval_ms, max_size, max_attempts,
-       retain_completed
+SELECT name, max_concurrency, release_interval_ms, max_size, max_attempts, retain_completed
   FROM lonnymq.channel_set(queue => %s::text, channel => %s::text,
                            max_concurrency => %s::int, release_interval_ms => %s::bigint,
                            max_size => %s::bigint, max_attempts => %s::int,
@@ -114,15 +114,15 @@ SELECT id, message_id, queue, channel, content, state, num_attempts, outcome, er
 Row = tuple[Any, ...]
 
 
-def channel(row: Row) -> Channel:
+def channel(queue: str, row: Row) -> Channel:
     return Channel(
-        queue=row[0],
-        channel=row[1],
-        max_concurrency=row[2],
-        release_interval_ms=int(row[3] or 0),
-        max_size=row[4],
-        max_attempts=row[5],
-        retain_completed=bool(row[6]),
+        queue=queue,
+        channel=row[0],
+        max_concurrency=row[1],
+        release_interval_ms=int(row[2] or 0),
+        max_size=row[3],
+        max_attempts=row[4],
+        retain_completed=bool(row[5]),
     )
 
 

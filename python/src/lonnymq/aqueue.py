@@ -135,7 +135,7 @@ class AsyncQueue:
             ),
             conn,
         )
-        return _sql.channel(rows[0])
+        return _sql.channel(self.name, rows[0])
 
     async def delete_channel(
         self, channel: str, *, conn: AsyncConnection[Any] | None = None

@@ -23,7 +23,7 @@ from ._inflight import InFlight
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
 from .aqueue import AsyncQueue
 from .message import AsyncMessage
-from .worker import UNKNOWN_PERIODIC_DELAY_MS
+from .worker import LISTEN_READY_TIMEOUT_S, UNKNOWN_PERIODIC_DELAY_MS
 
 log = logging.getLogger("lonnymq.worker")
 
@@ -63,7 +63,11 @@ class AsyncWorker:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
+        self._listening = asyncio.Event()
         self._loop_ref: asyncio.AbstractEventLoop | None = None
+        # Set while the loop waits for work with free slots (a threading.Event, so another
+        # thread can watch it too): for health checks and tests.
+        self.sleeping = threading.Event()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -91,10 +95,14 @@ class AsyncWorker:
         return once nothing is ready and nothing is in flight."""
         self._stopping = False
         self._loop_ref = asyncio.get_running_loop()
+        self._listening = asyncio.Event()
         async with self._signals():
             listener = asyncio.create_task(self._listen(), name="lonnymq-listen")
             heartbeats = asyncio.create_task(self._heartbeat_loop(), name="lonnymq-heartbeat")
             try:
+                # Listen before the first dequeue, so no NOTIFY falls between the two.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._listening.wait(), LISTEN_READY_TIMEOUT_S)
                 await self._create_periodic()
                 await self._loop(until_idle)
                 await self._drain()
@@ -137,7 +145,9 @@ class AsyncWorker:
                 continue
             if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                 return
+            self.sleeping.set()
             await self._sleep(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms))
+            self.sleeping.clear()
             retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
 
     def _start(self, message: AsyncMessage) -> None:
@@ -153,6 +163,7 @@ class AsyncWorker:
                     self.queue.conninfo, autocommit=True
                 ) as conn:
                     await conn.execute("LISTEN " + NOTIFY_CHANNEL)
+                    self._listening.set()
                     self._wake.set()
                     while True:
                         async for notify in conn.notifies(timeout=POLL_STOP_S):

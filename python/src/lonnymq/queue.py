@@ -122,7 +122,7 @@ class Queue:
             ),
             conn,
         )
-        return _sql.channel(rows[0])
+        return _sql.channel(self.name, rows[0])
 
     def delete_channel(self, channel: str, *, conn: Connection[Any] | None = None) -> str:
         """``deleted``, ``not_found`` or ``not_empty`` (``channel_delete``)."""

@@ -31,6 +31,8 @@ Handler = Callable[[Message], object]
 
 # A periodic message seen by a worker that did not register its name: leave it for another.
 UNKNOWN_PERIODIC_DELAY_MS = 5000
+# Start without LISTEN after this long (the timed fallback still finds the work).
+LISTEN_READY_TIMEOUT_S = 5.0
 
 
 class Worker:
@@ -68,6 +70,8 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()
+        # Set while the loop waits for work with free slots: for health checks and tests.
+        self.sleeping = threading.Event()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -104,6 +108,8 @@ class Worker:
             listener.start()
             heartbeats.start()
             try:
+                # Listen before the first dequeue, so no NOTIFY falls between the two.
+                listener.ready.wait(LISTEN_READY_TIMEOUT_S)
                 self._create_periodic()
                 self._loop(until_idle)
                 self._drain()
@@ -145,7 +151,9 @@ class Worker:
                 continue
             if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                 return
+            self.sleeping.set()
             self._wake.wait(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000)
+            self.sleeping.clear()
             retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
 
     def _start(self, message: Message) -> None:

@@ -1,0 +1,74 @@
+"""``conn=``: queue calls join the caller's transaction, commit and rollback included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from lonnymq import Queue
+
+
+@pytest.fixture
+def business(db: psycopg.Connection[Any]) -> str:
+    db.execute("CREATE TABLE IF NOT EXISTS pytest_orders (id int PRIMARY KEY)")
+    db.execute("TRUNCATE pytest_orders")
+    return "pytest_orders"
+
+
+def test_create_is_visible_only_after_commit(dsn: str, queue: Queue) -> None:
+    with psycopg.connect(dsn) as conn:
+        queue.create("inside", conn=conn)
+        assert queue.dequeue(lock_ms=10_000) == []  # another session cannot see it yet
+        conn.rollback()
+        queue.create("kept", conn=conn)
+        conn.commit()
+    [m] = queue.dequeue(lock_ms=10_000)
+    assert m.content == b"kept"
+
+
+def test_complete_with_business_write_commits_together(
+    dsn: str, queue: Queue, db: psycopg.Connection[Any], business: str
+) -> None:
+    queue.create({"order": 7})
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        [m] = queue.dequeue(lock_ms=10_000, conn=conn)
+        conn.execute("INSERT INTO pytest_orders VALUES (%s)", (m.json()["order"],))
+        assert m.complete(conn=conn) == "completed"
+    assert db.execute("SELECT id FROM pytest_orders").fetchall() == [(7,)]
+    assert queue.stats().ready == 0 and queue.stats().locked == 0
+
+
+def test_rollback_undoes_dequeue_and_complete(
+    dsn: str, queue: Queue, db: psycopg.Connection[Any], business: str
+) -> None:
+    created = queue.create("job")
+    with psycopg.connect(dsn) as conn:
+        [m] = queue.dequeue(lock_ms=10_000, conn=conn)
+        conn.execute("INSERT INTO pytest_orders VALUES (1)")
+        assert m.complete(conn=conn) == "completed"
+        conn.rollback()
+    assert db.execute("SELECT count(*) FROM pytest_orders").fetchone() == (0,)
+    # The dequeue was rolled back too: the message is ready again, attempt 1 again.
+    [again] = queue.dequeue(lock_ms=10_000)
+    assert (again.id, again.num_attempts) == (created.id, 1)
+
+
+def test_every_action_accepts_conn(dsn: str, queue: Queue) -> None:
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        queue.set_channel("c", max_concurrency=5, conn=conn)
+        queue.create_batch(["a", "b", "c", "d"], channel="c", conn=conn)
+        a, b, c, d = queue.dequeue(lock_ms=10_000, max_messages=4, conn=conn)
+        assert a.heartbeat(20_000, conn=conn) == "extended"
+        assert a.complete(conn=conn) == "completed"
+        assert b.defer(delay_ms=60_000, conn=conn) == "deferred"
+        assert c.fail("x", conn=conn) == "failed"
+        assert [r.status for r in queue.complete_batch([d], conn=conn)] == ["completed"]
+        assert queue.wait_hint_ms(conn=conn) is not None
+        assert queue.stats(conn=conn).scheduled == 1
+        assert len(queue.channel_stats(conn=conn)) == 1
+        [archived] = queue.archived(conn=conn)
+        assert queue.requeue(archived.id, conn=conn).status == "created"
+        assert queue.verify(conn=conn) == []
+        assert b.id is not None and queue.cancel(b.id, conn=conn) == "cancelled"
