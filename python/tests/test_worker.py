@@ -1,0 +1,237 @@
+"""Worker: completion, retries with backoff, failing after max_attempts, heartbeats,
+LISTEN wake-ups and graceful stop — each checked against the database."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from lonnymq import Backoff, Message, Queue, Retry, Worker
+
+from .helpers import live_ids, locked_count, wait_for
+
+FAST_BACKOFF = Backoff(base_ms=50, factor=2.0, max_ms=1000, jitter=0.0)
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Any]:
+    """Runs workers in threads and makes sure they are stopped when the test ends."""
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def start(worker: Worker) -> threading.Thread:
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        running.append((worker, thread))
+        return thread
+
+    yield start
+    for worker, thread in running:
+        worker.stop()
+    for _worker, thread in running:
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "worker did not stop"
+
+
+def test_backoff_grows_and_jitters() -> None:
+    backoff = Backoff(base_ms=100, factor=2.0, max_ms=1000, jitter=0.5)
+    rng = random.Random(7)
+    for attempts, full in ((1, 100), (2, 200), (3, 400), (4, 800), (5, 1000), (50, 1000)):
+        delays = {backoff.delay_ms(attempts, rng) for _ in range(50)}
+        assert min(delays) >= full // 2 and max(delays) <= full
+        assert len(delays) > 1  # jitter spreads retries out
+    with pytest.raises(ValueError):
+        Backoff(jitter=2)
+
+
+def test_until_idle_completes_everything(queue: Queue) -> None:
+    queue.create_batch([{"n": n} for n in range(6)], channels=["a", "b"] * 3)
+    seen: list[int] = []
+    worker = Worker(queue, lambda m: seen.append(m.json()["n"]), concurrency=3)
+    worker.run(until_idle=True)
+    assert sorted(seen) == list(range(6))
+    assert worker.counts["completed"] == 6
+    assert queue.stats().ready == 0 and queue.stats().locked == 0
+
+
+def test_retry_defers_with_state(queue: Queue) -> None:
+    queue.create("job")
+    deliveries: list[tuple[int, bytes | None]] = []
+
+    def handler(message: Message) -> None:
+        deliveries.append((message.num_attempts, message.state))
+        if message.num_attempts == 1:
+            raise Retry(delay_ms=0, state={"checkpoint": 1})
+
+    worker = Worker(queue, handler, max_attempts=1)  # Retry never turns into a fail
+    worker.run(until_idle=True)
+    assert deliveries == [(1, None), (2, b'{"checkpoint":1}')]
+    assert worker.counts == {"completed": 1, "deferred": 1, "failed": 0, "refused": 0}
+
+
+def test_exception_backs_off_then_fails(queue: Queue, start_worker: Any) -> None:
+    queue.create("poison")
+    attempts: list[float] = []
+
+    def handler(message: Message) -> None:
+        attempts.append(time.monotonic())
+        raise ValueError("bad input")
+
+    worker = Worker(queue, handler, max_attempts=3, backoff=FAST_BACKOFF)
+    start_worker(worker)
+    wait_for(lambda: queue.archived(outcome="failed"), what="the message to be failed")
+    [archived] = queue.archived(outcome="failed")
+    assert archived.num_attempts == 3
+    assert archived.error is not None and archived.error.startswith("ValueError: bad input")
+    assert len(attempts) == 3
+    # Backoff without jitter: at least 50 ms, then 100 ms between deliveries.
+    assert attempts[1] - attempts[0] >= 0.045 and attempts[2] - attempts[1] >= 0.095
+    wait_for(lambda: worker.counts["failed"] == 1)
+    assert worker.counts["deferred"] == 2
+
+
+def test_heartbeat_keeps_a_long_handler_locked(
+    queue: Queue, db: psycopg.Connection[Any], start_worker: Any
+) -> None:
+    queue.create("slow")
+    started, release = threading.Event(), threading.Event()
+
+    def handler(message: Message) -> None:
+        started.set()
+        assert release.wait(20)
+
+    worker = Worker(queue, handler, lock_ms=400)  # heartbeats every ~133 ms
+    start_worker(worker)
+    assert started.wait(10)
+    time.sleep(1.5)  # almost four lock periods: only heartbeats keep it locked
+    row = db.execute("SELECT locked_until > now(), num_attempts FROM lonnymq.messages "
+                     "WHERE queue = %s", (queue.name,)).fetchone()
+    assert row == (True, 1)
+    assert queue.dequeue(lock_ms=1000) == []  # not redelivered to anyone else
+    release.set()
+    wait_for(lambda: worker.counts["completed"] == 1, what="completion")
+    assert worker.counts["refused"] == 0 and live_ids(db, queue.name) == set()
+
+
+def test_listen_wakes_an_idle_worker_quickly(queue: Queue, start_worker: Any) -> None:
+    picked = threading.Event()
+    # A minute of fallback sleep: only the NOTIFY can explain a fast pick-up.
+    worker = Worker(queue, lambda m: picked.set(), max_sleep_ms=60_000)
+    start_worker(worker)
+    assert worker.sleeping.wait(10), "worker never went idle"
+    started = time.monotonic()
+    queue.create("wake up")
+    assert picked.wait(10)
+    latency = time.monotonic() - started
+    assert latency < 1.0, f"picked up after {latency:.3f}s"
+
+
+def test_delayed_message_is_picked_up_when_due(queue: Queue, start_worker: Any) -> None:
+    picked = threading.Event()
+    worker = Worker(queue, lambda m: picked.set(), max_sleep_ms=60_000)
+    start_worker(worker)
+    assert worker.sleeping.wait(10)
+    started = time.monotonic()
+    queue.create("later", delay_ms=500)
+    assert picked.wait(10)
+    elapsed = time.monotonic() - started
+    # Never early (database clock), and woken by wait_hint_ms, not the 60 s fallback.
+    assert 0.45 <= elapsed < 3.0, f"picked up after {elapsed:.3f}s"
+
+
+def test_stop_lets_the_running_handler_finish(queue: Queue, start_worker: Any) -> None:
+    queue.create("job")
+    started, release = threading.Event(), threading.Event()
+
+    def handler(message: Message) -> None:
+        started.set()
+        assert release.wait(20)
+
+    worker = Worker(queue, handler, shutdown_grace_ms=20_000)
+    thread = start_worker(worker)
+    assert started.wait(10)
+    worker.stop()
+    thread.join(0.3)
+    assert thread.is_alive()  # still waiting for the handler
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive() and worker.counts["completed"] == 1
+
+
+def test_shutdown_defers_what_cannot_finish(
+    queue: Queue, db: psycopg.Connection[Any], start_worker: Any
+) -> None:
+    created = queue.create("stuck")
+    started, release = threading.Event(), threading.Event()
+
+    def handler(message: Message) -> None:
+        started.set()
+        release.wait(20)
+
+    worker = Worker(queue, handler, shutdown_grace_ms=200)
+    thread = start_worker(worker)
+    assert started.wait(10)
+    worker.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert locked_count(db, queue.name) == 0
+    [again] = queue.dequeue(lock_ms=10_000)  # deferred for immediate redelivery
+    assert (again.id, again.num_attempts) == (created.id, 2)
+    release.set()
+
+
+def test_dedup_key_creates_once_under_concurrency(queue: Queue) -> None:
+    barrier = threading.Barrier(8)
+    results: list[Any] = []
+
+    def create() -> None:
+        barrier.wait()
+        results.append(queue.create("tick", channel="p", dedup_key="only-one"))
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status for r in results) == ["created"] + ["deduplicated"] * 7
+    assert len({r.id for r in results}) == 1
+
+
+def test_every_runs_one_message_under_many_workers(
+    queue: Queue, db: psycopg.Connection[Any], start_worker: Any
+) -> None:
+    ticks: list[tuple[float, float]] = []
+    running = [0]
+    overlap = [0]
+    guard = threading.Lock()
+
+    def tick(message: Message) -> None:
+        with guard:
+            running[0] += 1
+            overlap[0] = max(overlap[0], running[0])
+        start = time.monotonic()
+        time.sleep(0.02)
+        with guard:
+            running[0] -= 1
+            ticks.append((start, time.monotonic()))
+
+    workers = []
+    for _ in range(6):
+        worker = Worker(queue, lambda m: None, concurrency=2)
+        worker.every(300, "tick", tick)
+        workers.append(worker)
+    for worker in workers:
+        start_worker(worker)
+    wait_for(lambda: len(ticks) >= 4, timeout=15, what="four ticks")
+    rows = db.execute("SELECT num_attempts FROM lonnymq.messages WHERE queue = %s "
+                      "AND channel = 'lonnymq.every:tick'", (queue.name,)).fetchall()
+    assert len(rows) == 1  # one durable message, however many workers created it
+    assert overlap[0] == 1
+    starts = sorted(s for s, _e in ticks)
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= 0.28, gaps  # deferred by the interval after each run
