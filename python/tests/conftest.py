@@ -16,9 +16,7 @@ from psycopg import conninfo, sql
 
 from lonnymq import AsyncQueue, Queue
 
-ADMIN_DSN = os.environ.get(
-    "LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres"
-)
+ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
 TEST_DATABASE = "lonnymq_pytest"
 
 
@@ -29,8 +27,9 @@ def dsn_for(database: str) -> str:
 def recreate_database(name: str) -> str:
     """Drop and create an empty database; returns its DSN."""
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return dsn_for(name)
 

@@ -19,12 +19,24 @@ from .helpers import live_ids, locked_count
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 
 
-def start_process(dsn: str, queue: str, handler_ms: int, grace_ms: int,
-                  mode: str) -> subprocess.Popen[str]:
-    args = [sys.executable, "-m", "tests.worker_process", dsn, queue, str(handler_ms),
-            str(grace_ms)]
-    return subprocess.Popen(args + ([mode] if mode == "async" else []), cwd=PYTHON_DIR,
-                            stdout=subprocess.PIPE, text=True)
+def start_process(
+    dsn: str, queue: str, handler_ms: int, grace_ms: int, mode: str
+) -> subprocess.Popen[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "tests.worker_process",
+        dsn,
+        queue,
+        str(handler_ms),
+        str(grace_ms),
+    ]
+    return subprocess.Popen(
+        args + ([mode] if mode == "async" else []),
+        cwd=PYTHON_DIR,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def read_until_started(process: subprocess.Popen[str], count: int) -> list[str]:

@@ -3,6 +3,7 @@ LISTEN wake-ups and graceful stop — each checked against the database."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -31,7 +32,7 @@ def start_worker() -> Iterator[Any]:
         return thread
 
     yield start
-    for worker, thread in running:
+    for worker, _thread in running:
         worker.stop()
     for _worker, thread in running:
         thread.join(timeout=15)
@@ -109,8 +110,10 @@ def test_heartbeat_keeps_a_long_handler_locked(
     start_worker(worker)
     assert started.wait(10)
     time.sleep(1.5)  # almost four lock periods: only heartbeats keep it locked
-    row = db.execute("SELECT locked_until > now(), num_attempts FROM lonnymq.messages "
-                     "WHERE queue = %s", (queue.name,)).fetchone()
+    row = db.execute(
+        "SELECT locked_until > now(), num_attempts FROM lonnymq.messages WHERE queue = %s",
+        (queue.name,),
+    ).fetchone()
     assert row == (True, 1)
     assert queue.dequeue(lock_ms=1000) == []  # not redelivered to anyone else
     release.set()
@@ -228,10 +231,13 @@ def test_every_runs_one_message_under_many_workers(
     for worker in workers:
         start_worker(worker)
     wait_for(lambda: len(ticks) >= 4, timeout=15, what="four ticks")
-    rows = db.execute("SELECT num_attempts FROM lonnymq.messages WHERE queue = %s "
-                      "AND channel = 'lonnymq.every:tick'", (queue.name,)).fetchall()
+    rows = db.execute(
+        "SELECT num_attempts FROM lonnymq.messages WHERE queue = %s "
+        "AND channel = 'lonnymq.every:tick'",
+        (queue.name,),
+    ).fetchall()
     assert len(rows) == 1  # one durable message, however many workers created it
     assert overlap[0] == 1
     starts = sorted(s for s, _e in ticks)
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert min(gaps) >= 0.28, gaps  # deferred by the interval after each run

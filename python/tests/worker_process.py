@@ -12,7 +12,6 @@ import time
 
 from lonnymq import AsyncMessage, AsyncQueue, AsyncWorker, Message, Queue, Worker
 
-
 _output = threading.Lock()
 
 

@@ -13,13 +13,14 @@ LINE_INTERVAL_S = 2.0
 
 
 class Progress:
-    def __init__(self, total: int | None, label: str, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, total: int | None, label: str, stream: TextIO | None = None) -> None:
         self.total = total
         self.label = label
-        self.stream = stream
+        # Looked up now, not at import, so a redirected sys.stderr is honoured.
+        self.stream = stream if stream is not None else sys.stderr
         self.done = 0
         self.started = time.monotonic()
-        self._tty = stream.isatty()
+        self._tty = self.stream.isatty()
         self._last_line = 0.0
 
     def advance(self, count: int) -> None:

@@ -1,0 +1,157 @@
+"""The ``lonnymq`` command: install (extension and --sql-only), send, status, tail, enqueue."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from lonnymq import Queue
+from lonnymq.cli.main import main
+
+from .conftest import recreate_database
+
+
+def extension_installed(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_extension WHERE extname = 'lonnymq'"
+        ).fetchone() == (1,)
+
+
+def test_install_creates_the_extension(capsys: pytest.CaptureFixture[str]) -> None:
+    dsn = recreate_database("lonnymq_pytest_cli_ext")
+    assert main(["--dsn", dsn, "install"]) == 0
+    assert "extension lonnymq 1.0 installed" in capsys.readouterr().out
+    assert extension_installed(dsn)
+    assert main(["--dsn", dsn, "install"]) == 0  # idempotent
+
+
+def test_install_sql_only_works_without_the_extension(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dsn = recreate_database("lonnymq_pytest_cli_sql")
+    assert main(["--dsn", dsn, "install", "--sql-only"]) == 0
+    assert "as plain SQL" in capsys.readouterr().out
+    assert not extension_installed(dsn)
+    with Queue(dsn, "plain") as queue:
+        queue.set_channel("t", max_concurrency=1)
+        assert queue.create({"x": 1}, channel="t").status == "created"
+        [message] = queue.dequeue(lock_ms=5000)
+        assert message.json() == {"x": 1} and message.complete() == "completed"
+        assert queue.verify() == []
+    assert main(["--dsn", dsn, "install", "--sql-only"]) == 1
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_missing_dsn_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert main(["status"]) == 2
+    assert "DATABASE_URL" in capsys.readouterr().err
+
+
+def test_send_and_status(
+    dsn: str,
+    queue: Queue,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", dsn)  # the environment works as well as --dsn
+    queue.set_channel("acme", max_concurrency=2, release_interval_ms=100)
+    assert main(["send", queue.name, "hello", "--channel", "acme", "--dedup-key", "d"]) == 0
+    first = capsys.readouterr().out.split()
+    assert first[0] == "created"
+    assert main(["send", queue.name, "again", "--channel", "acme", "--dedup-key", "d"]) == 0
+    assert capsys.readouterr().out.split() == ["deduplicated", first[1]]
+    assert main(["send", queue.name, "later", "--delay-ms", "60000"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--queue", queue.name]) == 0
+    out = capsys.readouterr().out
+    assert f"queue {queue.name}: 1 channels, 1 ready, 1 scheduled, 0 locked" in out
+    acme = next(line for line in out.splitlines() if line.startswith("acme"))
+    assert acme.split()[:5] == ["acme", "1", "0", "0", "2"] and "100 ms" in acme
+    assert any(line.startswith("(no channel)") for line in out.splitlines())
+
+
+def test_enqueue_jsonl(
+    dsn: str, queue: Queue, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data.jsonl"
+    lines = [{"content": {"n": n}, "channel": f"c{n % 2}"} for n in range(5)]
+    data.write_text("\n".join(json.dumps(x) for x in [*lines, "plain text", [1, 2]]) + "\n")
+    assert (
+        main(
+            [
+                "--dsn",
+                dsn,
+                "enqueue",
+                queue.name,
+                "--file",
+                str(data),
+                "--batch-size",
+                "3",
+                "--channel",
+                "default",
+            ]
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "7 created"
+    assert "7/7" in captured.err  # the progress bar's last state
+    messages = queue.dequeue(lock_ms=5000, max_messages=10)
+    contents = {m.content: m.channel for m in messages}
+    assert contents[b'{"n": 3}'] == "c1" and contents[b"plain text"] == "default"
+    assert contents[b"[1, 2]"] == "default"
+
+
+def test_tail_follows_events(dsn: str, queue: Queue) -> None:
+    tail = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lonnymq",
+            "--dsn",
+            dsn,
+            "tail",
+            "--queue",
+            queue.name,
+            "--count",
+            "2",
+            "--timeout",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert tail.stdout is not None
+    assert tail.stdout.readline().startswith("listening")
+    queue.create("x")
+    [message] = queue.dequeue(lock_ms=5000)
+    message.fail("boom")
+    out, _ = tail.communicate(timeout=30)
+    events = [line.split()[1] for line in out.splitlines()]
+    assert events == ["created", "failed"]
+    assert all(f"queue={queue.name}" in line for line in out.splitlines())
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "lonnymq"
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=True)
+    for command in ("install", "status", "send", "tail", "enqueue"):
+        assert command in result.stdout
+
+
+def test_sql_only_script_strips_extension_statements() -> None:
+    from lonnymq.install import sql_only_script
+
+    script: Any = sql_only_script()
+    assert script.startswith("CREATE SCHEMA lonnymq;")
+    assert "\\echo" not in script and "pg_extension_config_dump" not in script
