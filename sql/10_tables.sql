@@ -54,7 +54,7 @@ ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
 COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling state.';
 
 -- The fair scheduler: the channel that has waited longest is the first entry.
-CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq)
+CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
     WHERE ready_ms IS NOT NULL;
 -- Candidates for the idle-channel sweep.
 CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)

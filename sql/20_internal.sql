@@ -59,19 +59,22 @@ COMMENT ON FUNCTION lonnymq._check_name(text, text, boolean) IS 'Validates a que
 -- When a channel may next be served, or NULL when it cannot be (no known
 -- head, or max_concurrency reached). greatest() with the last turn is what
 -- makes dequeue fair: back-dated or priority messages never buy extra turns.
+-- A channel never dequeued (turn_seq 0) has its creation time as last turn,
+-- which counts for fairness but not for the rate limit.
 CREATE FUNCTION lonnymq._ready_ms(
     p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
-    p_locked_count integer, p_max_concurrency integer
+    p_locked_count integer, p_max_concurrency integer, p_turn_seq bigint
 ) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
         WHEN p_head_ms IS NULL THEN NULL
         WHEN p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN NULL
+        WHEN p_turn_seq = 0 THEN greatest(p_head_ms, p_last_turn_ms)
         ELSE greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms)
     END
 $$;
-COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer)
+COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, bigint)
     IS 'Scheduling key of a channel: when it may next be served, NULL if it cannot.';
 
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
@@ -159,7 +162,7 @@ BEGIN
     UPDATE lonnymq.channel c
     SET head_ms = v_head_ms,
         ready_ms = lonnymq._ready_ms(v_head_ms, c.last_turn_ms, c.release_interval_ms,
-                                     c.locked_count, c.max_concurrency)
+                                     c.locked_count, c.max_concurrency, c.turn_seq)
     WHERE c.id = p_channel_id;
 END
 $$;
@@ -243,7 +246,7 @@ BEGIN
         SET locked_count = c.locked_count - 1,
             removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer,
             ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, c.release_interval_ms,
-                                         c.locked_count - 1, c.max_concurrency)
+                                         c.locked_count - 1, c.max_concurrency, c.turn_seq)
         WHERE c.id = v_channel.id;
     END IF;
 END

@@ -18,6 +18,9 @@ BEGIN
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue_id AND c.name = p_channel;
     IF v_channel.id IS NULL THEN
+        -- Creation pays for removal: idle channels cannot pile up. Swept
+        -- before the insert, so the new (still empty) channel is not a candidate.
+        PERFORM lonnymq.channel_sweep(2);
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
@@ -25,9 +28,6 @@ BEGIN
         IF v_channel.id IS NULL THEN
             SELECT c.* INTO v_channel FROM lonnymq.channel c
             WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-        ELSE
-            -- Creation pays for removal: idle channels cannot pile up.
-            PERFORM lonnymq.channel_sweep(2);
         END IF;
     END IF;
     RETURN v_channel;
@@ -103,7 +103,7 @@ BEGIN
         retain_completed = channel_set.retain_completed,
         removed_count = 0,
         ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, channel_set.release_interval_ms,
-                                     c.locked_count, channel_set.max_concurrency)
+                                     c.locked_count, channel_set.max_concurrency, c.turn_seq)
     WHERE c.id = v_channel.id
     RETURNING c.* INTO v_channel;
     RETURN v_channel;
@@ -158,15 +158,17 @@ AS $$
 DECLARE
     v_candidate record;
     v_removed integer := 0;
+    v_idle_before_ms bigint;
 BEGIN
     IF channel_sweep.max_channels IS NULL OR channel_sweep.max_channels < 0 THEN
         PERFORM lonnymq._invalid('max_channels must be 0 or more');
     END IF;
+    v_idle_before_ms := lonnymq._now_ms() - lonnymq._channel_idle_ms();
     FOR v_candidate IN
         SELECT c.id, c.queue_id, c.name
         FROM lonnymq.channel c
         WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0
-          AND c.last_turn_ms <= lonnymq._now_ms() - lonnymq._channel_idle_ms()
+          AND c.last_turn_ms <= v_idle_before_ms
         ORDER BY c.last_turn_ms
         LIMIT channel_sweep.max_channels
         FOR UPDATE SKIP LOCKED
@@ -174,11 +176,14 @@ BEGIN
         -- A producer in flight holds the shared lock: leave that channel be.
         CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._lock_class(),
             lonnymq._channel_lock_key(v_candidate.queue_id, v_candidate.name));
-        -- Committed messages whose hint is not absorbed yet keep it alive.
-        CONTINUE WHEN EXISTS (
-            SELECT 1 FROM lonnymq.message m
-            WHERE m.queue_id = v_candidate.queue_id AND m.channel_id = v_candidate.id
-              AND m.locked_until_ms IS NULL);
+        -- Committed messages whose hint is not due yet keep it alive; with the
+        -- row lock held, record its head now so it stops being a candidate.
+        IF EXISTS (SELECT 1 FROM lonnymq.message m
+                   WHERE m.queue_id = v_candidate.queue_id AND m.channel_id = v_candidate.id
+                     AND m.locked_until_ms IS NULL) THEN
+            PERFORM lonnymq._channel_refresh(v_candidate.id);
+            CONTINUE;
+        END IF;
         DELETE FROM lonnymq.channel c WHERE c.id = v_candidate.id;
         v_removed := v_removed + 1;
     END LOOP;

@@ -115,7 +115,7 @@ BEGIN
             WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
               AND (v_free_ms IS NULL
                    OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-            ORDER BY c.ready_ms, c.turn_seq
+            ORDER BY c.ready_ms, c.turn_seq, c.id
             LIMIT 1
             FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
@@ -164,7 +164,7 @@ BEGIN
                 turn_seq = v_seq,
                 head_ms = v_next_head_ms,
                 ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
-                                             c.locked_count + 1, c.max_concurrency)
+                                             c.locked_count + 1, c.max_concurrency, v_seq)
             WHERE c.id = v_channel.id;
             RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, false);
             v_delivered := v_delivered + 1;

@@ -141,7 +141,7 @@ BEGIN
         SET locked_count = c.locked_count - 1,
             head_ms = least(c.head_ms, v_dequeue_ms),
             ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
-                                         c.release_interval_ms, c.locked_count - 1, c.max_concurrency)
+                                         c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
         WHERE c.id = (v_lock.p_message).channel_id;
     END IF;
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;

@@ -119,17 +119,17 @@ AS $$
     FROM named n WHERE n.locked_count <> n.actual_locked
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: ready_ms is %s but its head, turn and limits give %s',
-                             n.queue_name, n.name, n.ready_ms,
+                             n.queue_name, n.name, coalesce(n.ready_ms::text, 'NULL'),
                              lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                               n.locked_count, n.max_concurrency))
+                                               n.locked_count, n.max_concurrency, n.turn_seq))
     FROM named n
     WHERE n.ready_ms IS DISTINCT FROM lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                                        n.locked_count, n.max_concurrency)
+                                                        n.locked_count, n.max_concurrency, n.turn_seq)
     UNION ALL
     -- The head must never be later than the earliest unlocked message unless
     -- a hint will correct it; otherwise that message would be stranded.
     SELECT pg_catalog.format('channel %s/%s: earliest unlocked message at %s ms is not reachable (head_ms %s, no hint)',
-                             n.queue_name, n.name, n.true_head_ms, n.head_ms)
+                             n.queue_name, n.name, n.true_head_ms, coalesce(n.head_ms::text, 'NULL'))
     FROM named n
     WHERE n.true_head_ms IS NOT NULL
       AND (n.head_ms IS NULL OR n.head_ms > n.true_head_ms)

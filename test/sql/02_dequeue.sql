@@ -1,0 +1,137 @@
+-- message_dequeue: scheduling, order within a channel, priority, exact
+-- round-robin, fairness against back-dated and priority floods, channel-less
+-- turns, concurrency and rate limits, batches, and invalid arguments.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS lonnymq CASCADE;
+CREATE EXTENSION lonnymq;
+RESET client_min_messages;
+CREATE FUNCTION pg_temp.try(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ' ' || SQLERRM;
+END $$;
+-- Dequeues n messages one call at a time and completes each: the sequence of
+-- (channel:content) a single worker would see.
+CREATE FUNCTION pg_temp.drain(p_queue text, p_n integer) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen text[] := '{}';
+    v_row record;
+BEGIN
+    FOR i IN 1 .. p_n LOOP
+        SELECT * INTO v_row FROM lonnymq.message_dequeue(p_queue, 60000);
+        EXIT WHEN v_row.id IS NULL;
+        v_seen := v_seen || (coalesce(v_row.channel, '-') || ':' || convert_from(v_row.content, 'UTF8'));
+        PERFORM lonnymq.message_complete(v_row.id, v_row.num_attempts);
+    END LOOP;
+    RETURN array_to_string(v_seen, ' ');
+END $$;
+
+-- Nothing queued: an empty result, and wait_hint_ms is NULL.
+SELECT count(*) FROM lonnymq.message_dequeue('empty', 1000);
+SELECT lonnymq.wait_hint_ms('empty');
+
+-- Scheduling: a future message is not dequeued before its time.
+SELECT status FROM lonnymq.message_create('sched', 'a', 'in an hour', delay_ms => 3600000);
+SELECT count(*) AS dequeued FROM lonnymq.message_dequeue('sched', 1000);
+SELECT lonnymq.wait_hint_ms('sched') BETWEEN 3590000 AND 3600000 AS waits_about_an_hour;
+SELECT status FROM lonnymq.message_create('sched', NULL, 'free in an hour', delay_ms => 3600000);
+SELECT count(*) AS dequeued FROM lonnymq.message_dequeue('sched', 1000);
+-- A back-dated message is ready at once.
+SELECT status FROM lonnymq.message_create('sched', 'a', 'yesterday', dequeue_at => now() - interval '1 day');
+SELECT lonnymq.wait_hint_ms('sched') AS wait_now;
+SELECT pg_temp.drain('sched', 5) AS order_seen;
+
+-- Order within a channel is (dequeue_at, id); one transaction keeps creation order.
+BEGIN;
+SELECT count(*) FROM (
+    SELECT lonnymq.message_create('order', 'a', convert_to('m' || g, 'UTF8')) FROM generate_series(1, 5) g
+) s;
+COMMIT;
+SELECT status FROM lonnymq.message_create('order', 'a', 'earliest', dequeue_at => now() - interval '1 hour');
+SELECT pg_temp.drain('order', 10) AS order_seen;
+
+-- Priority: ahead of ordinary ready messages, higher first, FIFO within a level.
+SELECT count(*) FROM (
+    SELECT lonnymq.message_create('prio', 'a', 'plain-1'),
+           lonnymq.message_create('prio', 'a', 'p1-first', priority => 1),
+           lonnymq.message_create('prio', 'a', 'p5', priority => 5),
+           lonnymq.message_create('prio', 'a', 'p1-second', priority => 1),
+           lonnymq.message_create('prio', 'a', 'old', dequeue_at => '2000-01-01'),
+           lonnymq.message_create('prio', 'a', 'plain-2')
+) s;
+SELECT pg_temp.drain('prio', 10) AS order_seen;
+
+-- Exact round-robin over backlogged channels, whatever each one's backlog.
+SELECT count(*) FROM lonnymq.message_create_batch('rr',
+    ARRAY['a','a','a','a','b','b','b','c','c','c','c','c'],
+    ARRAY['1','2','3','4','1','2','3','1','2','3','4','5']::bytea[]);
+SELECT pg_temp.drain('rr', 20) AS order_seen;
+
+-- A channel flooded with back-dated and priority messages gets no extra turns.
+SELECT count(*) FROM lonnymq.message_create_batch('fair', ARRAY['b','b','b','c','c','c'],
+    ARRAY['1','2','3','1','2','3']::bytea[]);
+SELECT count(*) FROM (
+    SELECT lonnymq.message_create('fair', 'flood', convert_to('old' || g, 'UTF8'), dequeue_at => '1999-01-01')
+    FROM generate_series(1, 3) g) s;
+SELECT count(*) FROM (
+    SELECT lonnymq.message_create('fair', 'flood', convert_to('p' || g, 'UTF8'), priority => 9)
+    FROM generate_series(1, 3) g) s;
+SELECT pg_temp.drain('fair', 20) AS order_seen;
+
+-- Channel-less messages take their turn as one more channel.
+SELECT count(*) FROM lonnymq.message_create_batch('mixed', ARRAY['a','a','a',NULL,NULL,NULL,'b','b'],
+    ARRAY['1','2','3','1','2','3','1','2']::bytea[]);
+SELECT pg_temp.drain('mixed', 20) AS order_seen;
+-- Only channel-less messages: plain FIFO.
+SELECT count(*) FROM lonnymq.message_create_batch('plain', NULL, ARRAY['1','2','3']::bytea[]);
+SELECT status FROM lonnymq.message_create('plain', NULL, '0', dequeue_at => now() - interval '1 minute');
+SELECT pg_temp.drain('plain', 10) AS order_seen;
+
+-- A batch dequeue is n single dequeues: it spreads across the ready channels.
+SELECT count(*) FROM lonnymq.message_create_batch('spread', ARRAY['a','a','a','a','b','b','c'],
+    ARRAY['1','2','3','4','1','2','1']::bytea[]);
+SELECT string_agg(channel || ':' || convert_from(content, 'UTF8'), ' ') AS batch_of_5,
+       bool_and(num_attempts = 1) AS first_attempts, bool_or(recovered) AS any_recovered
+FROM lonnymq.message_dequeue('spread', 60000, max_messages => 5);
+SELECT count(*) AS remaining_batch FROM lonnymq.message_dequeue('spread', 60000, max_messages => 100);
+
+-- max_concurrency: a saturated channel is skipped, others are served.
+SELECT max_concurrency FROM lonnymq.channel_set('limits', 'one-at-a-time', max_concurrency => 1);
+SELECT count(*) FROM lonnymq.message_create_batch('limits', ARRAY['one-at-a-time','one-at-a-time','one-at-a-time','other','other'],
+    ARRAY['1','2','3','1','2']::bytea[]);
+SELECT string_agg(channel || ':' || convert_from(content, 'UTF8'), ' ') AS all_ready_at_once
+FROM lonnymq.message_dequeue('limits', 60000, max_messages => 10);
+SELECT channel, locked, ready, max_concurrency FROM lonnymq.channel_stats WHERE queue = 'limits' ORDER BY channel;
+-- Completing frees the slot: exactly one more becomes available.
+SELECT lonnymq.message_complete(id, num_attempts) FROM lonnymq.messages
+WHERE queue = 'limits' AND channel = 'one-at-a-time' AND locked_until IS NOT NULL;
+SELECT string_agg(channel || ':' || convert_from(content, 'UTF8'), ' ') AS after_complete
+FROM lonnymq.message_dequeue('limits', 60000, max_messages => 10);
+-- Lowering the limit to 2 and back: never more than the limit in flight.
+SELECT max_concurrency FROM lonnymq.channel_set('limits', 'one-at-a-time', max_concurrency => 2);
+SELECT count(*) AS one_more FROM lonnymq.message_dequeue('limits', 60000, max_messages => 10);
+SELECT channel, locked, ready FROM lonnymq.channel_stats WHERE queue = 'limits' AND channel = 'one-at-a-time';
+
+-- release_interval_ms: at most one fresh dequeue per interval per channel.
+SELECT release_interval_ms FROM lonnymq.channel_set('rate', 'slow', release_interval_ms => 3600000);
+SELECT count(*) FROM lonnymq.message_create_batch('rate', ARRAY['slow','slow','fast','fast'],
+    ARRAY['1','2','1','2']::bytea[]);
+SELECT string_agg(channel || ':' || convert_from(content, 'UTF8'), ' ') AS first_pass
+FROM lonnymq.message_dequeue('rate', 7200000, max_messages => 10);
+SELECT lonnymq.wait_hint_ms('rate') BETWEEN 3590000 AND 3600000 AS next_release_in_an_hour;
+SELECT channel, ready, locked FROM lonnymq.channel_stats WHERE queue = 'rate' ORDER BY channel;
+
+-- Invalid arguments.
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue(NULL, 1000)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', 0)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', -5)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', 1000, 0)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', 1000, 10001)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', 1000, NULL)$$);
+SELECT pg_temp.try($$SELECT lonnymq.wait_hint_ms(NULL)$$);
+
+SELECT count(*) AS broken_invariants FROM lonnymq.verify();

@@ -1,0 +1,159 @@
+-- complete, complete_batch, defer, heartbeat, fail, cancel: every status,
+-- the fencing token, lock expiry and recovery, max_attempts dead-lettering.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS lonnymq CASCADE;
+CREATE EXTENSION lonnymq;
+RESET client_min_messages;
+CREATE FUNCTION pg_temp.try(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ' ' || SQLERRM;
+END $$;
+CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
+    SELECT md5(concat_ws('|',
+        (SELECT string_agg(m::text, ',' ORDER BY m.id) FROM lonnymq.message m),
+        (SELECT string_agg(c::text, ',' ORDER BY c.id) FROM lonnymq.channel c),
+        (SELECT string_agg(a::text, ',' ORDER BY a.id) FROM lonnymq.message_archive a)))
+$$;
+-- Sleeps just past a lock of p_ms milliseconds: lock expiry without timing races.
+CREATE FUNCTION pg_temp.expire(p_ms integer) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_sleep((p_ms + 20) / 1000.0)
+$$;
+
+SELECT count(*) FROM lonnymq.message_create_batch('work', ARRAY['a','a','a','b','b','b'],
+    ARRAY['a1','a2','a3','b1','b2','b3']::bytea[]);
+
+-- complete: completed, then not_found; a pending (undelivered) message is state_invalid.
+SELECT id, channel, num_attempts FROM lonnymq.message_dequeue('work', 60000);
+SELECT lonnymq.message_complete(1, 1);
+SELECT lonnymq.message_complete(1, 1);
+SELECT lonnymq.message_complete(2, 0 + 1) AS pending_message;
+SELECT lonnymq.message_complete(999, 1) AS unknown_id;
+-- A wrong attempt count is refused and changes nothing.
+SELECT id, num_attempts FROM lonnymq.message_dequeue('work', 60000);
+SELECT pg_temp.state() AS before \gset
+SELECT lonnymq.message_complete(4, 2) AS wrong_attempt;
+SELECT lonnymq.message_defer(4, 2) AS wrong_attempt;
+SELECT lonnymq.message_heartbeat(4, 2, 1000) AS wrong_attempt;
+SELECT lonnymq.message_fail(4, 2) AS wrong_attempt;
+SELECT pg_temp.state() = :'before' AS nothing_changed;
+
+-- defer: releases the lock and the slot, keeps attempts, saves state.
+SELECT status FROM lonnymq.message_create('defer', 'd', 'job');
+SELECT status FROM lonnymq.message_create('defer', 'd', 'next');
+SELECT id AS job, num_attempts FROM lonnymq.message_dequeue('defer', 60000) \gset
+SELECT lonnymq.message_defer(:job, 1, delay_ms => 3600000, state => 'step-1');
+SELECT num_attempts, state, locked_until IS NULL AS unlocked, dequeue_at > now() + interval '59 minutes' AS later
+FROM lonnymq.messages WHERE id = :job;
+SELECT channel, locked, ready, scheduled FROM lonnymq.channel_stats WHERE queue = 'defer';
+SELECT lonnymq.message_defer(:job, 1) AS not_locked_any_more;
+-- The slot is free again: the next message is served while the job waits.
+SELECT convert_from(content, 'UTF8') AS content FROM lonnymq.message_dequeue('defer', 60000);
+-- A defer into the past is ready at once, ahead of later messages; a NULL
+-- state keeps the saved one.
+SELECT lonnymq.message_complete(id, num_attempts) FROM lonnymq.messages WHERE content = 'next';
+SELECT status FROM lonnymq.message_create('defer', 'd', 'after');
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms - 7200000 WHERE id = :job;  -- test-only time travel
+SELECT status FROM lonnymq.message_create('defer', 'd', 'hint');  -- its hint makes dequeue re-read the head
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, state FROM lonnymq.message_dequeue('defer', 60000);
+SELECT lonnymq.message_defer(:job, 2, dequeue_at => now() - interval '1 day');
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, state FROM lonnymq.message_dequeue('defer', 60000);
+
+-- heartbeat: extends the current attempt's lock, never shortens it.
+SELECT locked_until AS lock_before FROM lonnymq.messages WHERE id = :job \gset
+SELECT lonnymq.message_heartbeat(:job, 3, 1);
+SELECT locked_until = :'lock_before' AS not_shortened FROM lonnymq.messages WHERE id = :job;
+SELECT lonnymq.message_heartbeat(:job, 3, 7200000);
+SELECT locked_until > now() + interval '119 minutes' AS extended FROM lonnymq.messages WHERE id = :job;
+SELECT lonnymq.message_heartbeat(id, 1, 1000) AS pending_message FROM lonnymq.messages WHERE content = 'after';
+SELECT lonnymq.message_heartbeat(999, 1, 1000) AS unknown_id;
+
+-- fail: archives the delivery with its error and frees the slot.
+SELECT lonnymq.message_fail(:job, 3, 'boom');
+SELECT queue, channel, convert_from(content, 'UTF8') AS content, state, num_attempts, outcome, error
+FROM lonnymq.message_archive WHERE message_id = :job;
+SELECT lonnymq.message_fail(:job, 3) AS again;
+SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'defer';
+
+-- cancel: pending messages only.
+SELECT id AS pending FROM lonnymq.messages WHERE content = 'after' \gset
+SELECT lonnymq.message_cancel(:pending);
+SELECT lonnymq.message_cancel(:pending);
+SELECT id AS flying FROM lonnymq.message_dequeue('defer', 60000) \gset
+SELECT lonnymq.message_cancel(:flying) AS in_flight;
+SELECT count(*) AS left_in_defer FROM lonnymq.messages WHERE queue = 'defer';
+
+-- Lock expiry: the next dequeue redelivers, recovered, with the next attempt;
+-- the slot stays counted; the old attempt can no longer settle.
+SELECT max_concurrency FROM lonnymq.channel_set('expiry', 'c', max_concurrency => 1);
+SELECT status FROM lonnymq.message_create('expiry', 'c', 'e1');
+SELECT status FROM lonnymq.message_create('expiry', 'c', 'e2');
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, recovered FROM lonnymq.message_dequeue('expiry', 1);
+SELECT pg_temp.expire(1);
+SELECT channel, locked, ready FROM lonnymq.channel_stats WHERE queue = 'expiry';
+SELECT lonnymq.wait_hint_ms('expiry') AS wait_recovery;
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, recovered
+FROM lonnymq.message_dequeue('expiry', 60000, max_messages => 5);
+SELECT id AS e1 FROM lonnymq.messages WHERE content = 'e1' \gset
+SELECT lonnymq.message_complete(:e1, 1) AS stale_complete;
+SELECT lonnymq.message_defer(:e1, 1) AS stale_defer;
+SELECT lonnymq.message_heartbeat(:e1, 1, 60000) AS stale_heartbeat;
+SELECT lonnymq.message_complete(:e1, 2) AS current_complete;
+SELECT channel, locked, ready FROM lonnymq.channel_stats WHERE queue = 'expiry';
+-- An expired lock that was not redelivered yet may still be settled by its holder.
+SELECT convert_from(content, 'UTF8') AS content, num_attempts FROM lonnymq.message_dequeue('expiry', 1);
+SELECT pg_temp.expire(1);
+SELECT lonnymq.message_complete(id, 1) AS late_but_current FROM lonnymq.messages WHERE content = 'e2';
+
+-- max_attempts: a message whose next delivery would exceed it is dead-lettered.
+SELECT max_attempts FROM lonnymq.channel_set('poison', 'p', max_attempts => 2);
+SELECT status FROM lonnymq.message_create('poison', 'p', 'crashes');
+SELECT status FROM lonnymq.message_create('poison', 'p', 'fine');
+SELECT convert_from(content, 'UTF8') AS content, num_attempts FROM lonnymq.message_dequeue('poison', 1);
+SELECT pg_temp.expire(1);
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, recovered FROM lonnymq.message_dequeue('poison', 1);
+SELECT pg_temp.expire(1);
+-- Attempt 3 would exceed 2: dead-lettered; the rest of the channel keeps flowing.
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, recovered FROM lonnymq.message_dequeue('poison', 60000);
+SELECT convert_from(content, 'UTF8') AS content, outcome, num_attempts, error FROM lonnymq.message_archive
+WHERE queue = 'poison';
+SELECT channel, locked, ready FROM lonnymq.channel_stats WHERE queue = 'poison';
+-- A deferred message out of attempts is dead-lettered when its turn comes.
+SELECT status FROM lonnymq.message_create('poison', 'p', 'defers');
+SELECT id AS d, num_attempts AS n FROM lonnymq.message_dequeue('poison', 60000) \gset
+SELECT lonnymq.message_defer(:d, :n);
+SELECT id AS d, num_attempts AS n FROM lonnymq.message_dequeue('poison', 60000) \gset
+SELECT lonnymq.message_defer(:d, :n);
+SELECT count(*) AS delivered FROM lonnymq.message_dequeue('poison', 60000);
+SELECT convert_from(content, 'UTF8') AS content, outcome, num_attempts FROM lonnymq.message_archive
+WHERE queue = 'poison' ORDER BY id;
+
+-- complete_batch: one status per element, in input order.
+SELECT count(*) FROM lonnymq.message_create_batch('batch', ARRAY['x','y','x'], ARRAY['1','2','3']::bytea[]);
+SELECT count(*) FROM lonnymq.message_dequeue('batch', 60000, 3);
+SELECT * FROM lonnymq.message_complete_batch(
+    (SELECT array_agg(id ORDER BY id) || ARRAY[999::bigint] FROM lonnymq.messages WHERE queue = 'batch'),
+    ARRAY[1, 2, 1, 1]::bigint[]) ORDER BY 1;
+SELECT count(*) AS still_live FROM lonnymq.messages WHERE queue = 'batch';
+SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'batch' ORDER BY channel;
+
+-- Invalid arguments: 22023 and nothing changed.
+SELECT pg_temp.state() AS before \gset
+SELECT pg_temp.try($$SELECT lonnymq.message_complete(NULL, 1)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete(1, NULL)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete(1, 0)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_defer(1, 1, delay_ms => -1)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_defer(1, 1, dequeue_at => 'infinity')$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_heartbeat(1, 1, 0)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_heartbeat(1, 1, NULL)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_fail(NULL, 1)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_cancel(NULL)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(ARRAY[1], ARRAY[1, 2])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(NULL, ARRAY[1])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(ARRAY[1, NULL], ARRAY[1, 1])$$);
+SELECT pg_temp.state() = :'before' AS nothing_changed;
+
+SELECT count(*) AS broken_invariants FROM lonnymq.verify();
