@@ -1,0 +1,124 @@
+-- The SQL API of SPEC section 4: every function exists with exactly the
+-- argument names, types and defaults callers use with named notation, and
+-- the documented return type; and calls in named notation work.
+\set ON_ERROR_STOP 1
+\set QUIET 1
+\pset format unaligned
+\pset tuples_only true
+\pset pager off
+
+BEGIN;
+CREATE EXTENSION lonnymq;
+SELECT plan(98);
+
+CREATE TEMP TABLE api (name text, args name[], arguments text, result text, returns text);
+INSERT INTO api VALUES
+('channel_set', '{text,text,integer,bigint,bigint,integer,boolean}',
+ 'queue text, channel text, max_concurrency integer DEFAULT NULL::integer, release_interval_ms bigint DEFAULT 0, '
+ 'max_size bigint DEFAULT NULL::bigint, max_attempts integer DEFAULT NULL::integer, retain_completed boolean DEFAULT false',
+ 'lonnymq.channel', 'lonnymq.channel'),
+('channel_delete', '{text,text}', 'queue text, channel text', 'text', 'text'),
+('message_create', '{text,text,bytea,timestamp with time zone,bigint,integer,text,bytea}',
+ 'queue text, channel text, content bytea, dequeue_at timestamp with time zone DEFAULT NULL::timestamp with time zone, '
+ 'delay_ms bigint DEFAULT 0, priority integer DEFAULT 0, dedup_key text DEFAULT NULL::text, state bytea DEFAULT NULL::bytea, '
+ 'OUT status text, OUT id bigint',
+ 'record', 'record'),
+('message_create_batch', '{text,text[],bytea[],timestamp with time zone[],text[],text}',
+ 'queue text, channels text[], contents bytea[], dequeue_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], '
+ 'dedup_keys text[] DEFAULT NULL::text[], idempotency_key text DEFAULT NULL::text',
+ 'TABLE(status text, id bigint)', 'setof record'),
+('message_dequeue', '{text,bigint,integer}',
+ 'queue text, lock_ms bigint, max_messages integer DEFAULT 1',
+ 'TABLE(id bigint, channel text, content bytea, state bytea, num_attempts bigint, dequeue_at timestamp with time zone, recovered boolean)',
+ 'setof record'),
+('message_complete', '{bigint,bigint}', 'id bigint, num_attempts bigint', 'text', 'text'),
+('message_complete_batch', '{bigint[],bigint[]}', 'ids bigint[], num_attempts bigint[]',
+ 'TABLE(id bigint, status text)', 'setof record'),
+('message_defer', '{bigint,bigint,timestamp with time zone,bigint,bytea}',
+ 'id bigint, num_attempts bigint, dequeue_at timestamp with time zone DEFAULT NULL::timestamp with time zone, '
+ 'delay_ms bigint DEFAULT 0, state bytea DEFAULT NULL::bytea',
+ 'text', 'text'),
+('message_heartbeat', '{bigint,bigint,bigint}', 'id bigint, num_attempts bigint, lock_ms bigint', 'text', 'text'),
+('message_fail', '{bigint,bigint,text}', 'id bigint, num_attempts bigint, error text DEFAULT NULL::text', 'text', 'text'),
+('message_cancel', '{bigint}', 'id bigint', 'text', 'text'),
+('archive_requeue', '{bigint}', 'archive_id bigint, OUT status text, OUT id bigint', 'record', 'record'),
+('archive_prune', '{interval}', 'older_than interval', 'bigint', 'bigint'),
+('wait_hint_ms', '{text}', 'queue text', 'bigint', 'bigint'),
+('schedule_set', '{text,text,text,text,bytea}', 'name text, cron text, queue text, channel text, content bytea',
+ 'bigint', 'bigint'),
+('schedule_delete', '{text}', 'name text', 'text', 'text'),
+('verify', '{}', '', 'SETOF text', 'setof text'),
+-- Beyond the SPEC table: the idle-channel sweep and the maintenance job.
+('channel_sweep', '{integer}', 'max_channels integer DEFAULT 1000', 'integer', 'integer'),
+('maintenance_schedule', '{text,interval}',
+ 'cron text DEFAULT ''*/10 * * * *''::text, archive_retention interval DEFAULT ''7 days''::interval', 'bigint', 'bigint'),
+('maintenance_unschedule', '{}', '', 'text', 'text');
+
+-- 20 functions x 4 tests.
+SELECT has_function('lonnymq', a.name, a.args, a.name || '(' || array_to_string(a.args, ', ') || ') exists')
+FROM api a ORDER BY a.name;
+SELECT function_returns('lonnymq', a.name, a.args, a.returns, a.name || ' returns ' || a.returns)
+FROM api a ORDER BY a.name;
+SELECT is(pg_get_function_arguments(p.oid), a.arguments, a.name || ': argument names, types and defaults')
+FROM api a JOIN pg_proc p ON p.proname = a.name AND p.pronamespace = 'lonnymq'::regnamespace
+ORDER BY a.name;
+SELECT is(pg_get_function_result(p.oid), a.result, a.name || ': result columns')
+FROM api a JOIN pg_proc p ON p.proname = a.name AND p.pronamespace = 'lonnymq'::regnamespace
+ORDER BY a.name;
+
+-- No overloads (named notation would become ambiguous), and no other public
+-- (non-underscore) function than the ones above.
+SELECT is((SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+           WHERE p.pronamespace = 'lonnymq'::regnamespace AND p.proname NOT LIKE '\_%'),
+          (SELECT array_agg(a.name ORDER BY a.name) FROM api a),
+          'the public functions are exactly the API, one signature each');
+
+-- Named notation, arguments in a different order than declared.
+SELECT is((SELECT row(c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts, c.retain_completed, c.explicit)::text
+           FROM lonnymq.channel_set(retain_completed => true, max_attempts => 3, max_size => 10,
+                                    release_interval_ms => 0, max_concurrency => 2, channel => 'c', queue => 'q') c),
+          '(2,0,10,3,t,t)', 'channel_set in named notation');
+SELECT is((SELECT status FROM lonnymq.message_create(state => 's0', dedup_key => 'k1', priority => 0, delay_ms => 0,
+                                                     dequeue_at => now() - interval '1 minute', content => 'm1',
+                                                     channel => 'c', queue => 'q')),
+          'created', 'message_create in named notation');
+SELECT is((SELECT status FROM lonnymq.message_create(content => 'm2', channel => NULL, queue => 'q', priority => 1)),
+          'created', 'message_create with only some named arguments');
+SELECT results_eq(
+    $$SELECT status FROM lonnymq.message_create_batch(idempotency_key => 'b1', dedup_keys => ARRAY[NULL, 'k3'],
+                                                     dequeue_ats => ARRAY[NULL, now() - interval '2 minutes'],
+                                                     contents => ARRAY['m3', 'm4']::bytea[], channels => ARRAY['c', NULL],
+                                                     queue => 'q')$$,
+    $$VALUES ('created'), ('created')$$, 'message_create_batch in named notation');
+SELECT is((SELECT lonnymq.wait_hint_ms(queue => 'q')), 0::bigint, 'wait_hint_ms in named notation');
+SELECT is((SELECT count(*) FROM lonnymq.message_dequeue(max_messages => 4, lock_ms => 60000, queue => 'q')),
+          4::bigint, 'message_dequeue in named notation');
+SELECT is((SELECT lonnymq.message_heartbeat(lock_ms => 120000, num_attempts => m.num_attempts, id => m.id)
+           FROM lonnymq.messages m WHERE m.content = 'm1'),
+          'extended', 'message_heartbeat in named notation');
+SELECT is((SELECT lonnymq.message_defer(state => 's1', delay_ms => 0, dequeue_at => NULL, num_attempts => m.num_attempts, id => m.id)
+           FROM lonnymq.messages m WHERE m.content = 'm1'),
+          'deferred', 'message_defer in named notation');
+SELECT is((SELECT lonnymq.message_complete(num_attempts => m.num_attempts, id => m.id)
+           FROM lonnymq.messages m WHERE m.content = 'm2'),
+          'completed', 'message_complete in named notation');
+SELECT results_eq(
+    $$SELECT status FROM lonnymq.message_complete_batch(
+          num_attempts => ARRAY(SELECT num_attempts FROM lonnymq.messages WHERE content = 'm3'),
+          ids => ARRAY(SELECT id FROM lonnymq.messages WHERE content = 'm3'))$$,
+    $$VALUES ('completed')$$, 'message_complete_batch in named notation');
+SELECT is((SELECT lonnymq.message_fail(error => 'boom', num_attempts => m.num_attempts, id => m.id)
+           FROM lonnymq.messages m WHERE m.content = 'm4'),
+          'failed', 'message_fail in named notation');
+SELECT is((SELECT lonnymq.message_cancel(id => m.id) FROM lonnymq.messages m WHERE m.content = 'm1'),
+          'cancelled', 'message_cancel in named notation');
+SELECT is((SELECT r.status FROM lonnymq.message_archive a, lonnymq.archive_requeue(archive_id => a.id) r
+           WHERE a.content = 'm4'),
+          'created', 'archive_requeue in named notation');
+SELECT is((SELECT lonnymq.archive_prune(older_than => interval '1 day')), 0::bigint, 'archive_prune in named notation');
+SELECT is((SELECT lonnymq.channel_delete(channel => 'nope', queue => 'q')), 'not_found', 'channel_delete in named notation');
+SELECT is((SELECT lonnymq.channel_sweep(max_channels => 10)), 0, 'channel_sweep in named notation');
+SELECT is((SELECT count(*) FROM lonnymq.verify()), 0::bigint, 'verify() is empty after all of it');
+
+SELECT * FROM finish();
+ROLLBACK;
