@@ -116,14 +116,14 @@ async def test_listen_wakeup_and_heartbeat(aqueue: AsyncQueue, db: psycopg.Conne
         picked.set()
         await release.wait()
 
-    worker = AsyncWorker(aqueue, handler, lock_ms=400, max_sleep_ms=60_000, handle_signals=False)
+    worker = AsyncWorker(aqueue, handler, lock_ms=1000, max_sleep_ms=60_000, handle_signals=False)
     task = asyncio.create_task(worker.run())
     await wait_until(worker.sleeping.is_set)
     started = time.monotonic()
     await aqueue.create("wake")
     await asyncio.wait_for(picked.wait(), 10)
     assert time.monotonic() - started < 1.0  # NOTIFY, not the 60 s fallback
-    await asyncio.sleep(1.5)  # several lock periods: heartbeats must keep the lock
+    await asyncio.sleep(3.0)  # three lock periods: only heartbeats can keep the lock
     assert locked_count(db, aqueue.name) == 1
     assert await aqueue.dequeue(lock_ms=1000) == []
     release.set()

@@ -15,9 +15,19 @@ def test_wheel_ships_the_sql_and_type_marker(tmp_path: Path) -> None:
     # setuptools builds in python/build and reuses it: start clean so nothing stale ships.
     shutil.rmtree(PYTHON_DIR / "build", ignore_errors=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-         str(tmp_path), str(PYTHON_DIR)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(tmp_path),
+            str(PYTHON_DIR),
+        ],
+        check=True,
+        capture_output=True,
     )
     [wheel] = tmp_path.glob("lonnymq-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -106,10 +106,10 @@ def test_heartbeat_keeps_a_long_handler_locked(
         started.set()
         assert release.wait(20)
 
-    worker = Worker(queue, handler, lock_ms=400)  # heartbeats every ~133 ms
+    worker = Worker(queue, handler, lock_ms=1000)  # heartbeats every ~333 ms
     start_worker(worker)
     assert started.wait(10)
-    time.sleep(1.5)  # almost four lock periods: only heartbeats keep it locked
+    time.sleep(3.0)  # three lock periods: only heartbeats can keep it locked
     row = db.execute(
         "SELECT locked_until > now(), num_attempts FROM lonnymq.messages WHERE queue = %s",
         (queue.name,),
@@ -119,6 +119,27 @@ def test_heartbeat_keeps_a_long_handler_locked(
     release.set()
     wait_for(lambda: worker.counts["completed"] == 1, what="completion")
     assert worker.counts["refused"] == 0 and live_ids(db, queue.name) == set()
+
+
+def test_without_heartbeats_the_lock_expires_and_is_fenced(queue: Queue, start_worker: Any) -> None:
+    """The control for the test above: no heartbeat, so another dequeue takes the message
+    over and the slow handler's late completion is refused."""
+    queue.create("slow")
+    started, release = threading.Event(), threading.Event()
+
+    def handler(message: Message) -> None:
+        started.set()
+        assert release.wait(20)
+
+    worker = Worker(queue, handler, lock_ms=300, heartbeat_ms=600_000)
+    start_worker(worker)
+    assert started.wait(10)
+    time.sleep(0.6)
+    [taken] = queue.dequeue(lock_ms=10_000)
+    assert taken.recovered and taken.num_attempts == 2
+    release.set()
+    wait_for(lambda: worker.counts["refused"] == 1, what="the stale completion")
+    assert worker.counts["completed"] == 0 and taken.complete() == "completed"
 
 
 def test_listen_wakes_an_idle_worker_quickly(queue: Queue, start_worker: Any) -> None:
