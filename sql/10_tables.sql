@@ -35,7 +35,8 @@ CREATE TABLE lonnymq.channel (
     max_size bigint,
     max_attempts integer,
     retain_completed boolean NOT NULL DEFAULT false,
-    -- messages of this channel currently locked (in flight), expired locks included.
+    -- messages of this channel currently locked (in flight), expired locks
+    -- included. Kept only while the channel is accounted (see _accounted()).
     locked_count integer NOT NULL DEFAULT 0,
     -- messages removed since max_size was set; live = admitted - removed_count.
     removed_count bigint NOT NULL DEFAULT 0,
@@ -87,6 +88,9 @@ CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, channel_id, dequeue
 -- Locked messages by expiry: the recovery probe of every dequeue.
 CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, id)
     WHERE locked_until_ms IS NOT NULL;
+-- Locked messages by channel: whether a channel without accounting is in use.
+CREATE INDEX message_channel_locked_idx ON lonnymq.message (channel_id)
+    WHERE locked_until_ms IS NOT NULL;
 -- At most one live message per (queue, dedup_key).
 CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, dedup_key)
     WHERE dedup_key IS NOT NULL;
@@ -95,15 +99,14 @@ CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, dedup_key)
 -- message". Dequeuers fold them into channel.head_ms. They replace the
 -- producer-side channel update that would otherwise lock the channel row
 -- until the producer commits.
-CREATE SEQUENCE lonnymq.channel_hint_id_seq;
 CREATE TABLE lonnymq.channel_hint (
-    id bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq.channel_hint_id_seq') PRIMARY KEY,
     queue_id integer NOT NULL,
     channel_id bigint NOT NULL,
     dequeue_ms bigint NOT NULL
 );
-ALTER SEQUENCE lonnymq.channel_hint_id_seq OWNED BY lonnymq.channel_hint.id;
-CREATE INDEX channel_hint_due_idx ON lonnymq.channel_hint (queue_id, dequeue_ms, id);
+CREATE INDEX channel_hint_due_idx ON lonnymq.channel_hint (queue_id, dequeue_ms);
+-- Whoever refreshes a channel deletes all of its due hints at once.
+CREATE INDEX channel_hint_channel_idx ON lonnymq.channel_hint (channel_id, dequeue_ms);
 COMMENT ON TABLE lonnymq.channel_hint IS 'Pending head updates written by producers, consumed by dequeue.';
 
 -- Admission counter of channels with max_size. Only producers update it (and
@@ -161,4 +164,3 @@ SELECT pg_catalog.pg_extension_config_dump('lonnymq.message_archive_id_seq', '')
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.turn_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.queue_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_hint_id_seq', '');

@@ -169,40 +169,32 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and ready_ms of a locked channel.';
 
 -- Folds due producer hints into channel heads. Channels held by another
--- transaction are left alone, with their hints, for a later dequeue: this
--- never waits, so dequeue never waits.
+-- transaction are left alone, with their hints, for a later dequeue (the
+-- holder is a dequeuer or settler about to commit): this never waits, so
+-- dequeue never waits.
 CREATE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_hint record;
-    v_refreshed bigint[] := '{}';
-    v_busy bigint[] := '{}';
+    v_channel_id bigint;
 BEGIN
-    FOR v_hint IN
-        SELECT h.id, h.channel_id
-        FROM lonnymq.channel_hint h
-        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
-        ORDER BY h.dequeue_ms, h.id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
+    FOR v_channel_id IN
+        SELECT DISTINCT due.channel_id FROM (
+            SELECT h.channel_id FROM lonnymq.channel_hint h
+            WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
+            ORDER BY h.dequeue_ms
+            LIMIT p_limit) due
     LOOP
-        CONTINUE WHEN v_hint.channel_id = ANY (v_busy);
-        IF NOT v_hint.channel_id = ANY (v_refreshed) THEN
-            PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_hint.channel_id
-                FOR NO KEY UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                -- Locked by another transaction, or deleted: tell the two apart.
-                IF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_hint.channel_id) THEN
-                    v_busy := v_busy || v_hint.channel_id;
-                    CONTINUE;
-                END IF;
-            ELSE
-                PERFORM lonnymq._channel_refresh(v_hint.channel_id);
-            END IF;
-            v_refreshed := v_refreshed || v_hint.channel_id;
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_channel_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            -- Delete first, refresh second: every message whose hint goes was
+            -- committed before the refresh's snapshot, so the refresh sees it.
+            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms;
+            PERFORM lonnymq._channel_refresh(v_channel_id);
+        ELSIF NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+            -- The channel was deleted: its leftover hints mean nothing.
+            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
         END IF;
-        DELETE FROM lonnymq.channel_hint h WHERE h.id = v_hint.id;
     END LOOP;
 END
 $$;
@@ -224,24 +216,64 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._archive(lonnymq.message, text, text) IS 'Archives a message with an outcome.';
 
--- Removes a locked message and gives its channel slot back (complete, fail,
--- dead-letter). The caller holds the message row lock; this takes the
--- channel row lock: always message first, then channel.
+-- Whether a channel keeps exact per-channel accounting. A channel with a
+-- concurrency limit, a rate limit or a capacity needs its counters updated
+-- under the channel row lock, which serializes its dequeues and settles.
+-- Any other channel is "shared": concurrent dequeuers take its messages in
+-- parallel and settles never touch its row.
+CREATE FUNCTION lonnymq._accounted(p_max_concurrency integer, p_release_interval_ms bigint, p_max_size bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL $$;
+COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
+
+-- Takes a channel's advisory lock in shared mode until commit: waiting (for
+-- producers and settlers) or trying (for dequeue, which never waits). Held by
+-- everyone who changes a channel's messages; channel_set, channel_delete and
+-- the sweep take it exclusively, so a policy change or a deletion never
+-- interleaves with a half-done create, claim or settle.
+CREATE FUNCTION lonnymq._channel_share(p_queue_id integer, p_channel text, p_wait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_wait THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(),
+            lonnymq._channel_lock_key(p_queue_id, p_channel));
+        RETURN true;
+    END IF;
+    RETURN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(p_queue_id, p_channel));
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
+
+-- Removes a locked message and, for an accounted channel, gives its slot
+-- back (complete, fail, dead-letter). The caller holds the message row lock;
+-- this takes the channel's shared advisory lock and, if accounted, its row:
+-- always message first, then channel.
 CREATE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel lonnymq.channel;
+    v_accounted boolean := false;
 BEGIN
     IF p_message.channel_id IS NOT NULL THEN
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id
-            FOR NO KEY UPDATE;
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+        PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
+        -- Read the policy again under the lock: it cannot change until commit.
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+        v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                          v_channel.max_size);
+        IF v_accounted THEN
+            PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_channel.id FOR NO KEY UPDATE;
+        END IF;
     END IF;
     IF p_outcome <> 'completed' OR coalesce(v_channel.retain_completed, false) THEN
         PERFORM lonnymq._archive(p_message, p_outcome, p_error);
     END IF;
     DELETE FROM lonnymq.message m WHERE m.id = p_message.id;
-    IF v_channel.id IS NOT NULL THEN
+    IF v_accounted THEN
         UPDATE lonnymq.channel c
         SET locked_count = c.locked_count - 1,
             removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer,

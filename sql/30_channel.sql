@@ -12,8 +12,7 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(p_queue_id, p_channel));
+    PERFORM lonnymq._channel_share(p_queue_id, p_channel, true);
     -- Read after the lock: a fresh snapshot sees any sweep that just committed.
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue_id AND c.name = p_channel;
@@ -84,6 +83,19 @@ BEGIN
     WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
     FOR NO KEY UPDATE;
 
+    -- No producer, dequeuer or settler of this channel is in flight now (they
+    -- hold the advisory lock shared), so counts taken here are exact.
+    IF lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size)
+       AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
+        -- Accounting starts: count the messages already in flight.
+        UPDATE lonnymq.channel c
+        SET locked_count = (SELECT pg_catalog.count(*) FROM lonnymq.message m
+                            WHERE m.channel_id = c.id AND m.locked_until_ms IS NOT NULL)
+        WHERE c.id = v_channel.id;
+    ELSIF NOT lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size) THEN
+        UPDATE lonnymq.channel c SET locked_count = 0 WHERE c.id = v_channel.id;
+    END IF;
+
     IF channel_set.max_size IS NOT NULL THEN
         -- (Re)start the admission count from the exact number of live messages.
         SELECT pg_catalog.count(*) INTO v_live FROM lonnymq.message m
@@ -134,10 +146,10 @@ BEGIN
     IF v_channel.id IS NULL THEN
         RETURN 'not_found';
     END IF;
-    IF v_channel.locked_count > 0 OR EXISTS (
-        SELECT 1 FROM lonnymq.message m
-        WHERE m.queue_id = v_queue_id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-    ) THEN
+    IF EXISTS (SELECT 1 FROM lonnymq.message m
+               WHERE m.queue_id = v_queue_id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL)
+       OR EXISTS (SELECT 1 FROM lonnymq.message m
+                  WHERE m.channel_id = v_channel.id AND m.locked_until_ms IS NOT NULL) THEN
         RETURN 'not_empty';
     END IF;
     -- Leftover hints name a missing channel; dequeue discards them as it meets them.
@@ -184,6 +196,9 @@ BEGIN
             PERFORM lonnymq._channel_refresh(v_candidate.id);
             CONTINUE;
         END IF;
+        -- A shared channel does not count its messages in flight: look.
+        CONTINUE WHEN EXISTS (SELECT 1 FROM lonnymq.message m
+                              WHERE m.channel_id = v_candidate.id AND m.locked_until_ms IS NOT NULL);
         DELETE FROM lonnymq.channel c WHERE c.id = v_candidate.id;
         v_removed := v_removed + 1;
     END LOOP;

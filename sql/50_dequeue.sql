@@ -30,13 +30,15 @@ DECLARE
     v_delivered integer := 0;
     v_message lonnymq.message;
     v_channel lonnymq.channel;
+    v_exclusive boolean;         -- this call holds the channel row
+    v_accounted boolean;
     v_next_head_ms bigint;
     v_seq bigint;
     v_free_ms bigint;            -- scheduling key of the channel-less messages
     v_free_exhausted boolean := false;
     v_has_channels boolean;
     v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
-    v_tried bigint[] := '{}';    -- channels found stale in this call
+    v_tried bigint[] := '{}';    -- channels found busy or stale in this call
 BEGIN
     PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
     IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms < 1
@@ -72,9 +74,12 @@ BEGIN
                 SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
             END IF;
             IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
-                -- Dead-letter: needs the channel row, but without waiting.
-                PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_channel.id FOR NO KEY UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
+                -- Dead-letter: the channel's locks are needed, but without waiting.
+                IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
+                    v_skipped := v_skipped || v_message.id;
+                ELSIF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size)
+                      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel.id
+                                      FOR NO KEY UPDATE SKIP LOCKED) THEN
                     v_skipped := v_skipped || v_message.id;
                 ELSE
                     PERFORM lonnymq._settle_locked(v_message, 'dead',
@@ -108,8 +113,13 @@ BEGIN
             LIMIT 1;
         END IF;
 
-        -- 3. The channel that has waited longest, if it beats the channel-less turn.
+        -- 3. The channel that has waited longest, if it beats the channel-less
+        --    turn. First choice: one no other transaction holds; its turn is
+        --    then recorded exactly. Otherwise a held channel without
+        --    accounting is shared: its messages are taken in parallel, and the
+        --    holder records the turn.
         v_channel := NULL;
+        v_exclusive := false;
         IF v_has_channels THEN
             SELECT c.* INTO v_channel FROM lonnymq.channel c
             WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
@@ -118,18 +128,37 @@ BEGIN
             ORDER BY c.ready_ms, c.turn_seq, c.id
             LIMIT 1
             FOR NO KEY UPDATE SKIP LOCKED;
+            v_exclusive := v_channel.id IS NOT NULL;
+            IF NOT v_exclusive THEN
+                SELECT c.* INTO v_channel FROM lonnymq.channel c
+                WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
+                  AND (v_free_ms IS NULL
+                       OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                  AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                ORDER BY c.ready_ms, c.turn_seq, c.id
+                LIMIT 1;
+            END IF;
         END IF;
 
         IF v_channel.id IS NOT NULL THEN
+            v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                              v_channel.max_size);
+            -- A policy change or sweep in progress holds the advisory lock: skip.
+            IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
+                v_tried := v_tried || v_channel.id;
+                CONTINUE;
+            END IF;
             SELECT m.* INTO v_message FROM lonnymq.message m
             WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
             ORDER BY m.dequeue_ms, m.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
             IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
-                -- The key was stale (a cancel, or a head held by a canceller):
-                -- recompute it and look elsewhere.
-                PERFORM lonnymq._channel_refresh(v_channel.id);
+                -- Nothing to take: the key was stale (a cancel), or every ready
+                -- message is being taken by others. The holder fixes the key.
+                IF v_exclusive THEN
+                    PERFORM lonnymq._channel_refresh(v_channel.id);
+                END IF;
                 v_tried := v_tried || v_channel.id;
                 v_message := NULL;
                 CONTINUE;
@@ -140,10 +169,12 @@ BEGIN
                     pg_catalog.format('deferred after attempt %s of %s', v_message.num_attempts,
                                       v_channel.max_attempts));
                 DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
-                UPDATE lonnymq.channel c
-                SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
-                WHERE c.id = v_channel.id;
-                PERFORM lonnymq._channel_refresh(v_channel.id);
+                IF v_exclusive THEN
+                    UPDATE lonnymq.channel c
+                    SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
+                    WHERE c.id = v_channel.id;
+                    PERFORM lonnymq._channel_refresh(v_channel.id);
+                END IF;
                 PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
                 v_message := NULL;
                 CONTINUE;
@@ -153,19 +184,23 @@ BEGIN
                 locked_until_ms = v_now_ms + message_dequeue.lock_ms
             WHERE m.id = v_message.id
             RETURNING m.* INTO v_message;
-            SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-            v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-            UPDATE lonnymq.channel c
-            SET locked_count = c.locked_count + 1,
-                last_turn_ms = v_now_ms,
-                turn_seq = v_seq,
-                head_ms = v_next_head_ms,
-                ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
-                                             c.locked_count + 1, c.max_concurrency, v_seq)
-            WHERE c.id = v_channel.id;
+            IF v_exclusive THEN
+                -- Messages others are taking right now still look unlocked here,
+                -- which only makes the head early: safe.
+                SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
+                WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                ORDER BY m.dequeue_ms, m.id
+                LIMIT 1;
+                v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+                UPDATE lonnymq.channel c
+                SET locked_count = c.locked_count + v_accounted::integer,
+                    last_turn_ms = v_now_ms,
+                    turn_seq = v_seq,
+                    head_ms = v_next_head_ms,
+                    ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
+                                                 c.locked_count + v_accounted::integer, c.max_concurrency, v_seq)
+                WHERE c.id = v_channel.id;
+            END IF;
             RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, false);
             v_delivered := v_delivered + 1;
             v_message := NULL;

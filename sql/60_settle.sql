@@ -116,6 +116,7 @@ DECLARE
     v_lock record;
     v_dequeue_ms bigint;
     v_queue text;
+    v_channel lonnymq.channel;
 BEGIN
     PERFORM lonnymq._check_delivery(message_defer.id, message_defer.num_attempts);
     IF message_defer.delay_ms IS NULL OR message_defer.delay_ms < 0 OR message_defer.delay_ms > 315576000000000 THEN
@@ -135,14 +136,23 @@ BEGIN
         state = coalesce(message_defer.state, m.state)
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
-        -- This transaction holds the channel row, so it can move the head
-        -- itself: no hint needed.
-        UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count - 1,
-            head_ms = least(c.head_ms, v_dequeue_ms),
-            ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
-                                         c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
-        WHERE c.id = (v_lock.p_message).channel_id;
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = (v_lock.p_message).channel_id;
+        PERFORM lonnymq._channel_share((v_lock.p_message).queue_id, v_channel.name, true);
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = (v_lock.p_message).channel_id;
+        IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
+            -- The slot must be returned under the row lock anyway, so move
+            -- the head here too: no hint needed.
+            UPDATE lonnymq.channel c
+            SET locked_count = c.locked_count - 1,
+                head_ms = least(c.head_ms, v_dequeue_ms),
+                ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
+                                             c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
+            WHERE c.id = v_channel.id;
+        ELSE
+            -- A shared channel's row is not ours to hold: tell dequeue, like a producer.
+            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+            VALUES ((v_lock.p_message).queue_id, v_channel.id, v_dequeue_ms);
+        END IF;
     END IF;
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
     PERFORM lonnymq._notify('lonnymq', v_queue, 'deferred');
@@ -207,6 +217,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_message lonnymq.message;
+    v_channel lonnymq.channel;
 BEGIN
     IF message_cancel.id IS NULL THEN
         PERFORM lonnymq._invalid('id must not be NULL');
@@ -218,11 +229,15 @@ BEGIN
     IF v_message.locked_until_ms IS NOT NULL THEN
         RETURN 'locked';
     END IF;
-    DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
     -- The channel head may now be early; dequeue corrects an early head when
-    -- it meets it. Only the capacity count needs the channel row now.
-    UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1
-    WHERE c.id = v_message.channel_id AND c.max_size IS NOT NULL;
+    -- it meets it. Only a capacity count needs the channel row.
+    IF v_message.channel_id IS NOT NULL THEN
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
+        PERFORM lonnymq._channel_share(v_message.queue_id, v_channel.name, true);
+        UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1
+        WHERE c.id = v_message.channel_id AND c.max_size IS NOT NULL;
+    END IF;
+    DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
     RETURN 'cancelled';
 END
 $$;

@@ -114,9 +114,14 @@ AS $$
         JOIN lonnymq.queue q ON q.id = c.queue_id
         LEFT JOIN per_channel p ON p.channel_id = c.id
     )
-    SELECT pg_catalog.format('channel %s/%s: locked_count is %s but %s messages are locked',
-                             n.queue_name, n.name, n.locked_count, n.actual_locked)
-    FROM named n WHERE n.locked_count <> n.actual_locked
+    SELECT pg_catalog.format('channel %s/%s: locked_count is %s, expected %s (%s messages locked, %s)',
+                             n.queue_name, n.name, n.locked_count, n.expected_locked, n.actual_locked,
+                             CASE WHEN n.accounted THEN 'accounted' ELSE 'shared: not counted' END)
+    FROM (SELECT n.*, lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size) AS accounted,
+                 CASE WHEN lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size)
+                      THEN n.actual_locked ELSE 0 END AS expected_locked
+          FROM named n) n
+    WHERE n.locked_count <> n.expected_locked
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: ready_ms is %s but its head, turn and limits give %s',
                              n.queue_name, n.name, coalesce(n.ready_ms::text, 'NULL'),

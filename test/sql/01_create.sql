@@ -20,7 +20,7 @@ CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
         (SELECT string_agg(m::text, ',' ORDER BY m.id) FROM lonnymq.message m),
         (SELECT string_agg(c::text, ',' ORDER BY c.id) FROM lonnymq.channel c),
         (SELECT string_agg(q::text, ',' ORDER BY q.id) FROM lonnymq.queue q),
-        (SELECT string_agg(h::text, ',' ORDER BY h.id) FROM lonnymq.channel_hint h),
+        (SELECT string_agg(h::text, ',' ORDER BY h::text) FROM lonnymq.channel_hint h),
         (SELECT string_agg(b::text, ',') FROM lonnymq.batch b),
         (SELECT string_agg(a::text, ',' ORDER BY a.id) FROM lonnymq.message_archive a)))
 $$;
