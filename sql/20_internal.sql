@@ -171,12 +171,14 @@ COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and 
 -- Folds due producer hints into channel heads. Channels held by another
 -- transaction are left alone, with their hints, for a later dequeue (the
 -- holder is a dequeuer or settler about to commit): this never waits, so
--- dequeue never waits.
-CREATE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS void
+-- dequeue never waits. Returns those busy channels: their messages are ready
+-- even if no committed head says so yet, and dequeue may share them.
+CREATE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel_id bigint;
+    v_busy bigint[] := '{}';
 BEGIN
     FOR v_channel_id IN
         SELECT DISTINCT due.channel_id FROM (
@@ -191,14 +193,18 @@ BEGIN
             -- committed before the refresh's snapshot, so the refresh sees it.
             DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms;
             PERFORM lonnymq._channel_refresh(v_channel_id);
-        ELSIF NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+        ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+            v_busy := v_busy || v_channel_id;
+        ELSE
             -- The channel was deleted: its leftover hints mean nothing.
             DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
         END IF;
     END LOOP;
+    RETURN v_busy;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer) IS 'Applies due channel hints without waiting.';
+COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer)
+    IS 'Applies due channel hints without waiting; returns the channels that were busy.';
 
 -- Copies a message into the archive with its outcome.
 CREATE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void

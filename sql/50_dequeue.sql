@@ -39,6 +39,7 @@ DECLARE
     v_has_channels boolean;
     v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
     v_tried bigint[] := '{}';    -- channels found busy or stale in this call
+    v_hinted_busy bigint[];      -- busy channels with due hints: ready, maybe unrecorded
 BEGIN
     PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
     IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms < 1
@@ -55,9 +56,10 @@ BEGIN
         RETURN;
     END IF;
     v_now_ms := lonnymq._now_ms();
-    PERFORM lonnymq._absorb_hints(v_queue.id, v_now_ms, 64 + message_dequeue.max_messages);
+    v_hinted_busy := lonnymq._absorb_hints(v_queue.id, v_now_ms, 64 + message_dequeue.max_messages);
     v_has_channels := EXISTS (SELECT 1 FROM lonnymq.channel c
-                              WHERE c.queue_id = v_queue.id AND c.ready_ms IS NOT NULL);
+                              WHERE c.queue_id = v_queue.id AND c.ready_ms IS NOT NULL)
+                      OR pg_catalog.cardinality(v_hinted_busy) > 0;
 
     WHILE v_delivered < message_dequeue.max_messages LOOP
         -- 1. Recovery: a lock that expired is redelivered before fresh work.
@@ -136,6 +138,15 @@ BEGIN
                        OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
                   AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
                 ORDER BY c.ready_ms, c.turn_seq, c.id
+                LIMIT 1;
+            END IF;
+            IF v_channel.id IS NULL AND v_free_ms IS NULL THEN
+                -- A busy channel whose new messages only its holder has folded
+                -- in so far: its due hints say it has ready work.
+                SELECT c.* INTO v_channel FROM lonnymq.channel c
+                WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
+                  AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                ORDER BY c.last_turn_ms, c.turn_seq, c.id
                 LIMIT 1;
             END IF;
         END IF;
