@@ -7,6 +7,7 @@ commits. The client never creates the extension: run ``lonnymq install`` once in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -40,6 +41,7 @@ class AsyncQueue:
         if not name:
             raise ValueError("queue name must not be empty")
         self.name = name
+        self._open_lock = asyncio.Lock()
         if isinstance(conninfo_or_pool, str):
             self.pool = AsyncConnectionPool(
                 conninfo_or_pool,
@@ -49,8 +51,7 @@ class AsyncQueue:
                 name=f"lonnymq-{name}",
             )
             self._owns_pool = True
-            # An async pool can only open inside a running loop: open it on first use.
-            self._needs_open = True
+            self._needs_open = True  # see _ensure_open
         else:
             self._needs_open = False
             self.pool = conninfo_or_pool
@@ -82,6 +83,15 @@ class AsyncQueue:
 
     # -- plumbing ---------------------------------------------------------------------------
 
+    async def _ensure_open(self) -> None:
+        # An async pool can only open inside a running loop, so it opens on first use; the
+        # lock keeps concurrent first calls from using it before it is open.
+        if self._needs_open:
+            async with self._open_lock:
+                if self._needs_open:
+                    await self.pool.open()
+                    self._needs_open = False
+
     @asynccontextmanager
     async def _connection(
         self, conn: AsyncConnection[Any] | None
@@ -89,9 +99,7 @@ class AsyncQueue:
         if conn is not None:
             yield conn
         else:
-            if self._needs_open:
-                self._needs_open = False
-                await self.pool.open()
+            await self._ensure_open()
             async with self.pool.connection() as pooled:
                 yield pooled
 

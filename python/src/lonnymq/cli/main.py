@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 import psycopg
+import psycopg.errors
 
 from ..errors import LonnymqError
 from . import enqueue, install, send, status, tail
@@ -37,6 +38,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.run(dsn, args)
         return result
+    except (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    ) as exc:
+        print(
+            f"lonnymq: {str(exc).strip()}\n"
+            "lonnymq: is lonnymq installed in this database? Run `lonnymq install`.",
+            file=sys.stderr,
+        )
+        return 1
     except (LonnymqError, psycopg.Error) as exc:
         print(f"lonnymq: {str(exc).strip()}", file=sys.stderr)
         return 1
