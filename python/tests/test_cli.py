@@ -155,3 +155,9 @@ def test_sql_only_script_strips_extension_statements() -> None:
     script: Any = sql_only_script()
     assert script.startswith("CREATE SCHEMA lonnymq;")
     assert "\\echo" not in script and "pg_extension_config_dump" not in script
+
+
+def test_missing_extension_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    dsn = recreate_database("lonnymq_pytest_cli_none")
+    assert main(["--dsn", dsn, "status"]) == 1
+    assert "Run `lonnymq install`" in capsys.readouterr().err

@@ -260,3 +260,18 @@ def test_schedule_needs_pg_cron(queue: Queue) -> None:
     # The test database has no pg_cron: the extension must say so clearly.
     with pytest.raises(psycopg.Error, match="pg_cron"):
         queue.schedule("nightly", "0 3 * * *", "run")
+
+
+def test_queue_on_a_callers_pool(dsn: str, queue_name: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    from lonnymq import Worker
+
+    with ConnectionPool(dsn, min_size=1, max_size=4, open=True) as pool:
+        queue = Queue(pool, queue_name)
+        queue.create("via pool")
+        done: list[bytes] = []
+        Worker(queue, lambda m: done.append(m.content)).run(until_idle=True)
+        assert done == [b"via pool"]
+        queue.close()  # the caller owns the pool: it stays open
+        assert not pool.closed
