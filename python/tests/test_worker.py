@@ -262,3 +262,33 @@ def test_every_runs_one_message_under_many_workers(
     starts = sorted(s for s, _e in ticks)
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert min(gaps) >= 0.28, gaps  # deferred by the interval after each run
+
+
+def test_lost_listen_connection_is_replaced(
+    queue: Queue, db: psycopg.Connection[Any], start_worker: Any
+) -> None:
+    picked = threading.Event()
+    worker = Worker(queue, lambda m: picked.set(), max_sleep_ms=60_000)
+    start_worker(worker)
+    assert worker.sleeping.wait(10)
+    killed = db.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND query = 'LISTEN lonnymq'"
+    ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    # The listener reconnects (after about a second) and listens again.
+    wait_for(
+        lambda: (
+            db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = 'LISTEN lonnymq'"
+            ).fetchone()
+            == (1,)
+        ),
+        what="a new LISTEN connection",
+    )
+    wait_for(worker.sleeping.is_set, what="the worker to sleep again")
+    started = time.monotonic()
+    queue.create("after reconnect")
+    assert picked.wait(10)
+    assert time.monotonic() - started < 1.0
