@@ -1,0 +1,155 @@
+"""Shared plumbing for the benchmark: connections, pgbench, statistics, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+RESULTS = BENCH_DIR / "results"
+PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
+HOST = "127.0.0.1"
+PORT = int(os.environ.get("BENCH_PGPORT", "54339"))
+DATABASE = "bench"
+DSN = f"host={HOST} port={PORT} user=postgres dbname={DATABASE}"
+PAYLOAD = "\\x" + "ab" * 128  # 128-byte message body, as bytea hex input
+
+# Every lonnymq table: truncated between runs so each run starts from the same state.
+LONNYMQ_TABLES = ("message", "channel", "channel_hint", "channel_admission", "batch",
+                  "message_archive", "queue")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def connect(autocommit: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
+    return psycopg.connect(DSN, autocommit=autocommit, **kwargs)
+
+
+def prepare_database() -> dict[str, Any]:
+    """Installs lonnymq (the files `make install` just put in place) and the floor, afresh."""
+    with connect() as conn:
+        conn.execute("DROP EXTENSION IF EXISTS lonnymq CASCADE")
+        conn.execute("CREATE EXTENSION lonnymq")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute((BENCH_DIR / "floor.sql").read_text())
+        version = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'").fetchone()[0]
+        script_md5 = conn.execute(
+            "SELECT md5(string_agg(p.prosrc, '' ORDER BY p.oid)) FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'").fetchone()[0]
+    return {"extversion": version, "functions_md5": script_md5}
+
+
+def reset_lonnymq(conn: psycopg.Connection[Any]) -> None:
+    tables = ", ".join(f"lonnymq.{t}" for t in LONNYMQ_TABLES)
+    conn.execute(f"TRUNCATE {tables}")
+
+
+def reset_floor(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("TRUNCATE floor.message")
+
+
+def settle_server(conn: psycopg.Connection[Any], tables: list[str]) -> None:
+    """Same starting line for every run: fresh statistics, no dirty pages, no checkpoint due."""
+    for table in tables:
+        conn.execute(f"VACUUM ANALYZE {table}")
+    conn.execute("CHECKPOINT")
+
+
+def machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        mem_kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+    except (OSError, AttributeError):
+        pass
+    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "sql"],
+                           capture_output=True, text=True).stdout.strip()
+    with connect() as conn:
+        server = conn.execute("SELECT version()").fetchone()[0]
+        settings = dict(conn.execute(
+            "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name IN "
+            "('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_buffers', 'fsync', "
+            "'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'autovacuum_naptime')"
+        ).fetchall())
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024 / 1024, 1),
+            "kernel": platform.release(), "server": server, "settings": settings,
+            "git_head": git, "sql_dirty": bool(dirty),
+            "load_at_start": os.getloadavg()}
+
+
+def pgbench(script: str, clients: int, seconds: float, defines: dict[str, Any],
+            synchronous_commit: str, rate: float | None = None,
+            progress: int | None = None) -> subprocess.Popen[str]:
+    """Starts pgbench on one script of bench/pgbench (prepared statements, no vacuum)."""
+    args = [str(PGBIN / "pgbench"), "-n", "-M", "prepared", "-h", HOST, "-p", str(PORT),
+            "-U", "postgres", "-c", str(clients), "-j", "1", "-T", str(int(seconds)),
+            "-f", str(BENCH_DIR / "pgbench" / script)]
+    for name, value in defines.items():
+        args += ["-D", f"{name}={value}"]
+    if rate is not None:
+        args += ["-R", f"{rate:.1f}"]
+    if progress is not None:
+        args += ["-P", str(progress)]
+    args.append(DATABASE)
+    env = dict(os.environ, PGOPTIONS=f"-c synchronous_commit={synchronous_commit}")
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def pgbench_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate()
+    text = out + err
+    if proc.returncode != 0:
+        raise RuntimeError(f"pgbench failed ({proc.returncode}):\n{text[-3000:]}")
+    processed = re.search(r"number of transactions actually processed: (\d+)", text)
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", text)
+    latency = re.search(r"latency average = ([\d.]+) ms", text)
+    progress = [
+        {"t": float(m.group(1)), "tps": float(m.group(2))}
+        for m in re.finditer(r"progress: ([\d.]+) s, ([\d.]+) tps", text)
+    ]
+    return {"transactions": int(processed.group(1)) if processed else 0,
+            "tps": float(tps.group(1)) if tps else 0.0,
+            "latency_ms": float(latency.group(1)) if latency else None,
+            "progress": progress}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def write_json(name: str, data: Any) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
+    return path

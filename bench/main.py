@@ -1,0 +1,68 @@
+"""The benchmark driver: runs the workloads, writes results/<mode>.json, plots and the goal table.
+
+Usually started through bench/run, which owns the cluster; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import common
+import fairness
+import held_snapshot
+import latency
+import plots
+import report
+import throughput
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="~2 minute smoke run at reduced scale")
+    parser.add_argument("--only", default="throughput,latency,fairness",
+                        help="comma list of: throughput, latency, fairness, held-snapshot")
+    parser.add_argument("--workloads", default=",".join(throughput.WORKLOADS),
+                        help="throughput workloads to run")
+    parser.add_argument("--rounds", type=int, help="throughput rounds (default 3, quick 2)")
+    parser.add_argument("--seconds", type=float, help="seconds per throughput run (default 10, quick 4)")
+    parser.add_argument("--minutes", type=float, default=10.0, help="held-snapshot run length")
+    parser.add_argument("--name", help="results file stem (default: full, quick or held-snapshot)")
+    args = parser.parse_args()
+
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    mode = args.name or ("held-snapshot" if parts == ["held-snapshot"] else "quick" if args.quick else "full")
+    rounds = args.rounds or (2 if args.quick else 3)
+    seconds = args.seconds or (3 if args.quick else 10)
+    scale = 0.1 if args.quick else 1.0
+
+    started = time.time()
+    results: dict = {"mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                     "machine": common.machine(), "install": common.prepare_database()}
+    common.log(f"bench {mode}: {results['machine']['cpu']}, {results['machine']['cores']} cores; "
+               f"lonnymq at {results['machine']['git_head']}"
+               + (" (sql/ has uncommitted changes)" if results["machine"]["sql_dirty"] else ""))
+    if "throughput" in parts:
+        results["throughput"] = throughput.run(rounds, seconds, args.workloads.split(","))
+    if "latency" in parts:
+        common.log("workload 5: dequeue latency by shape")
+        results["latency"] = latency.run(scale, 100 if args.quick else 1000, 20, mode)
+    if "fairness" in parts:
+        common.log("workload 6: fairness and rate limits")
+        results["fairness"] = fairness.run(scale)
+    if "held-snapshot" in parts:
+        results["held_snapshot"] = held_snapshot.run(args.minutes)
+    results["elapsed_s"] = round(time.time() - started)
+    results["load_at_end"] = list(__import__("os").getloadavg())
+    path = common.write_json(f"{mode}.json", results)
+    table = report.markdown(results)
+    (common.RESULTS / f"{mode}-goals.md").write_text(table)
+    made = plots.all_plots(results, common.RESULTS, mode)
+    common.log(f"wrote {path}, {len(made)} plots; {results['elapsed_s']} s in all")
+    print("\n" + table)
+    _ = json  # results are written by common.write_json
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""PNG plots of a results JSON (matplotlib, the `bench` extra of python/pyproject.toml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def throughput(results: dict[str, Any], path: Path) -> None:
+    summary = results["throughput"]["summary"]
+    keys = [k for k in summary if "floor" in summary[k] or "lonnymq" in summary[k]]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    x = range(len(keys))
+    floor = [summary[k].get("floor", {}).get("messages_per_s", 0) for k in keys]
+    lonny = [summary[k].get("lonnymq", {}).get("messages_per_s", 0) for k in keys]
+    ax.bar([i - 0.2 for i in x], floor, 0.4, label="floor (bare SKIP LOCKED)", color="#999999")
+    ax.bar([i + 0.2 for i in x], lonny, 0.4, label="lonnymq", color="#1f77b4")
+    for i, k in enumerate(keys):
+        if "ratio" in summary[k]:
+            ax.annotate(f"{summary[k]['ratio']:.2f}x", (i + 0.2, lonny[i]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([k.replace("/sync_", "\nsync ") for k in keys], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("messages / s (median, log scale)")
+    ax.set_title("Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def latency(results: dict[str, Any], path: Path) -> None:
+    shapes = results["latency"]["shapes"]
+    keys = list(shapes)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    x = range(len(keys))
+    w = 0.2
+    ax.bar([i - 1.5 * w for i in x], [shapes[k]["base_p50_ms"] for k in keys], w, color="#aec7e8", label="1k reference p50")
+    ax.bar([i - 0.5 * w for i in x], [shapes[k]["p50_ms"] for k in keys], w, color="#1f77b4", label="shape p50")
+    ax.bar([i + 0.5 * w for i in x], [shapes[k]["base_p99_ms"] for k in keys], w, color="#ffbb78", label="1k reference p99")
+    ax.bar([i + 1.5 * w for i in x], [shapes[k]["p99_ms"] for k in keys], w, color="#ff7f0e", label="shape p99")
+    for i, k in enumerate(keys):
+        worst = max(shapes[k]["p50_ratio"], shapes[k]["p99_ratio"])
+        ax.annotate(f"{worst:.2f}x", (i, max(shapes[k]["p50_ms"], shapes[k]["p99_ms"])), ha="center",
+                    va="bottom", fontsize=8, color="red" if worst > 2 else "black")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([shapes[k]["label"].replace(" + ", "\n+ ") for k in keys], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per message_dequeue (log scale)")
+    ax.set_title("Workload 5: single dequeue latency by shape (worst ratio vs the 1k reference; goal <= 2x)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fairness(results: dict[str, Any], path: Path) -> None:
+    f = results["fairness"]["fairness"]
+    cumulative = f["big_cumulative"]
+    step = max(1, f["window"] // len(cumulative)) if cumulative else 1
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [i * step for i in range(len(cumulative))]
+    ax.plot(xs, cumulative, label="big channel (100k backlog), measured")
+    ax.plot([0, f["window"]], [0, f["window"] / (f["small_channels"] + 1)], "--", label="exact round-robin")
+    ax.set_xlabel("deliveries so far")
+    ax.set_ylabel("deliveries from the big channel")
+    ax.set_title(f"Workload 6: share {f['big_share']:.2%} (goal 1%), Jain {f['jain_index']:.3f}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def held_snapshot(results: dict[str, Any], path: Path) -> None:
+    w7 = results["held_snapshot"]
+    s = w7["series"]
+    t = [p["t"] for p in s]
+    minutes = w7["minutes"] * 60
+    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    axes[0].plot(t, [p["completed_per_s"] for p in s], label="completed / s")
+    axes[0].axhline(w7["target_msg_s"], color="grey", ls="--", lw=1, label="target rate")
+    axes[0].set_ylabel("messages / s")
+    axes[1].plot(t, [p["message_dead"] for p in s], label="message")
+    axes[1].plot(t, [p["channel_dead"] for p in s], label="channel")
+    axes[1].plot(t, [p["channel_hint_dead"] for p in s], label="channel_hint")
+    axes[1].set_ylabel("dead tuples")
+    for table in ("message", "channel", "channel_hint"):
+        axes[2].plot(t, [(p[f"{table}_heap_bytes"] + p[f"{table}_index_bytes"]) / 2**20 for p in s],
+                     label=f"{table} (heap + indexes)")
+    axes[2].set_ylabel("MiB")
+    axes[2].set_xlabel("seconds")
+    for ax in axes:
+        ax.axvspan(minutes / 4, 3 * minutes / 4, color="orange", alpha=0.15)
+        ax.legend(fontsize=8)
+    axes[0].set_title("Workload 7: 50% load, snapshot held in the shaded interval")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]:
+    made = []
+    for key, fn, name in (("throughput", throughput, "throughput"), ("latency", latency, "latency"),
+                          ("fairness", fairness, "fairness"), ("held_snapshot", held_snapshot, "held-snapshot")):
+        if key in results:
+            path = directory / f"{mode}-{name}.png"
+            fn(results, path)
+            made.append(path)
+    return made
