@@ -88,6 +88,8 @@ BEGIN
                         pg_catalog.format('lock expired after attempt %s of %s', v_message.num_attempts,
                                           v_channel.max_attempts));
                     PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                    -- The freed slot may have made a saturated channel ready.
+                    v_has_channels := true;
                 END IF;
                 v_message := NULL;
                 CONTINUE;

@@ -131,6 +131,29 @@ SELECT count(*) AS delivered FROM lonnymq.message_dequeue('poison', 60000);
 SELECT convert_from(content, 'UTF8') AS content, outcome, num_attempts FROM lonnymq.message_archive
 WHERE queue = 'poison' ORDER BY id;
 
+-- The same with an accounted channel (a concurrency limit): the dead letter
+-- gives its slot back.
+SELECT max_attempts FROM lonnymq.channel_set('poison2', 'p', max_concurrency => 1, max_attempts => 1);
+SELECT status FROM lonnymq.message_create('poison2', 'p', 'crashes');
+SELECT status FROM lonnymq.message_create('poison2', 'p', 'next');
+SELECT convert_from(content, 'UTF8') AS content, num_attempts FROM lonnymq.message_dequeue('poison2', 1);
+SELECT pg_temp.expire(1);
+SELECT channel, locked, ready FROM lonnymq.channel_stats WHERE queue = 'poison2';
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, recovered FROM lonnymq.message_dequeue('poison2', 60000);
+SELECT outcome, num_attempts FROM lonnymq.message_archive WHERE queue = 'poison2';
+SELECT name, locked_count FROM lonnymq.channel c WHERE name = 'p' AND queue_id = (SELECT id FROM lonnymq.queue WHERE name = 'poison2');
+
+-- A shared channel that gets a limit while messages are in flight counts them.
+SELECT count(*) FROM lonnymq.message_create_batch('switch', ARRAY['s','s','s'], ARRAY['1','2','3']::bytea[]);
+SELECT count(*) AS in_flight FROM lonnymq.message_dequeue('switch', 60000, 2);
+SELECT max_concurrency FROM lonnymq.channel_set('switch', 's', max_concurrency => 2);
+SELECT locked_count FROM lonnymq.channel WHERE name = 's';
+SELECT count(*) AS saturated FROM lonnymq.message_dequeue('switch', 60000);
+SELECT lonnymq.message_complete(id, num_attempts) FROM lonnymq.messages WHERE queue = 'switch' AND content = '1';
+SELECT convert_from(content, 'UTF8') AS freed_slot FROM lonnymq.message_dequeue('switch', 60000);
+SELECT max_concurrency FROM lonnymq.channel_set('switch', 's');
+SELECT locked_count FROM lonnymq.channel WHERE name = 's';
+
 -- complete_batch: one status per element, in input order.
 SELECT count(*) FROM lonnymq.message_create_batch('batch', ARRAY['x','y','x'], ARRAY['1','2','3']::bytea[]);
 SELECT count(*) FROM lonnymq.message_dequeue('batch', 60000, 3);
