@@ -108,8 +108,8 @@ def test_enqueue_jsonl(
     assert "7/7" in captured.err  # the progress bar's last state
     messages = queue.dequeue(lock_ms=5000, max_messages=10)
     contents = {m.content: m.channel for m in messages}
-    assert contents[b'{"n": 3}'] == "c1" and contents[b"plain text"] == "default"
-    assert contents[b"[1, 2]"] == "default"
+    assert contents[b'{"n":3}'] == "c1" and contents[b"plain text"] == "default"
+    assert contents[b"[1,2]"] == "default"
 
 
 def test_tail_follows_events(dsn: str, queue: Queue) -> None:

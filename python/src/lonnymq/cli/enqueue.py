@@ -3,7 +3,7 @@
 Each line is a JSON value. An object with a ``content`` key is a message description
 (``content``, and optionally ``channel``, ``dedup_key``, ``dequeue_at`` as ISO 8601);
 any other value is the content itself. String content is stored as UTF-8 text, anything
-else as JSON.
+else as compact JSON (as ``Queue.create`` does).
 """
 
 from __future__ import annotations
@@ -37,23 +37,24 @@ def register(commands: Any) -> None:
 Item = tuple[str | None, bytes, datetime | None, str | None]
 
 
+def content_bytes(value: Any) -> bytes:
+    """Strings as UTF-8 text; objects and arrays as compact JSON, like ``Queue.create``."""
+    if isinstance(value, str | dict | list):
+        return encode(value)
+    return json.dumps(value).encode("utf-8")  # numbers, booleans, null
+
+
 def parse_line(line: str, default_channel: str | None) -> Item:
     value = json.loads(line)
     if isinstance(value, dict) and "content" in value:
-        content = value["content"]
         at = value.get("dequeue_at")
         return (
             value.get("channel", default_channel),
-            encode(content) if isinstance(content, str) else encode(json.dumps(content)),
+            content_bytes(value["content"]),
             None if at is None else datetime.fromisoformat(at),
             value.get("dedup_key"),
         )
-    return (
-        default_channel,
-        encode(value if isinstance(value, str) else json.dumps(value)),
-        None,
-        None,
-    )
+    return default_channel, content_bytes(value), None, None
 
 
 def batches(lines: IO[str], size: int, channel: str | None) -> Iterator[list[Item]]:
