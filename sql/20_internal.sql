@@ -4,15 +4,26 @@
 
 -- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
 -- now(): a dequeue inside a long transaction must see the real time.
+-- Helpers are PL/pgSQL, not SQL: a pinned search_path stops SQL functions
+-- from being inlined, and called from PL/pgSQL they would be planned anew on
+-- every call, while PL/pgSQL caches its plans for the session.
 CREATE FUNCTION lonnymq._now_ms() RETURNS bigint
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint $$;
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+END
+$$;
 COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since the epoch.';
 
 -- Exact conversion (no floating point) from milliseconds to timestamptz.
 CREATE FUNCTION lonnymq._to_timestamptz(p_ms bigint) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT 'epoch'::timestamptz + p_ms * '1 millisecond'::interval $$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 'epoch'::timestamptz + p_ms * '1 millisecond'::interval;
+END
+$$;
 COMMENT ON FUNCTION lonnymq._to_timestamptz(bigint) IS 'Milliseconds since the epoch as timestamptz.';
 
 -- Milliseconds of a caller-supplied timestamp; infinities are rejected because
@@ -65,14 +76,18 @@ CREATE FUNCTION lonnymq._ready_ms(
     p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
     p_locked_count integer, p_max_concurrency integer, p_turn_seq bigint
 ) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE
-        WHEN p_head_ms IS NULL THEN NULL
-        WHEN p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN NULL
-        WHEN p_turn_seq = 0 THEN greatest(p_head_ms, p_last_turn_ms)
-        ELSE greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms)
-    END
+BEGIN
+    IF p_head_ms IS NULL THEN
+        RETURN NULL;
+    ELSIF p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN
+        RETURN NULL;
+    ELSIF p_turn_seq = 0 THEN
+        RETURN greatest(p_head_ms, p_last_turn_ms);
+    END IF;
+    RETURN greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms);
+END
 $$;
 COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, bigint)
     IS 'Scheduling key of a channel: when it may next be served, NULL if it cannot.';
@@ -115,14 +130,22 @@ COMMENT ON FUNCTION lonnymq._queue_id(text, boolean) IS 'Queue id by name, optio
 -- whoever deletes a channel or changes its capacity takes it exclusively, so
 -- no uncommitted message can be stranded by either.
 CREATE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_catalog.hashtext(p_queue_id::text || '/' || p_channel) $$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN pg_catalog.hashtext(p_queue_id::text || '/' || p_channel);
+END
+$$;
 COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock key of a channel.';
 
 -- The first advisory-lock key word: every lonnymq lock lives in this class.
 CREATE FUNCTION lonnymq._lock_class() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT 1819176557 $$;  -- the bytes of 'lonm'
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 1819176557;  -- the bytes of 'lonm'
+END
+$$;  -- the bytes of 'lonm'
 COMMENT ON FUNCTION lonnymq._lock_class() IS 'Advisory lock class of lonnymq.';
 
 -- Milliseconds an implicit channel must stay empty before the sweep removes it.
@@ -229,8 +252,12 @@ COMMENT ON FUNCTION lonnymq._archive(lonnymq.message, text, text) IS 'Archives a
 -- parallel and settles never touch its row.
 CREATE FUNCTION lonnymq._accounted(p_max_concurrency integer, p_release_interval_ms bigint, p_max_size bigint)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL $$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL;
+END
+$$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
 -- Takes a channel's advisory lock in shared mode until commit: waiting (for

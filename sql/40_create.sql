@@ -6,8 +6,12 @@
 -- further than any two real timestamps, so priority 1 sorts ahead of every
 -- ordinary message and FIFO order holds within a level.
 CREATE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT 281474976710656::bigint $$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 281474976710656;
+END
+$$;
 COMMENT ON FUNCTION lonnymq._priority_step_ms() IS 'Distance between priority levels in dequeue_ms.';
 
 -- Validates the arguments that every creation path shares.

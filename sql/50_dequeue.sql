@@ -8,11 +8,19 @@
 CREATE FUNCTION lonnymq._delivery(p_message lonnymq.message, p_channel text, p_recovered boolean)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT p_message.id, p_channel, p_message.content, p_message.state, p_message.num_attempts,
-           lonnymq._to_timestamptz(p_message.dequeue_ms + p_message.priority::bigint * lonnymq._priority_step_ms()),
-           p_recovered
+BEGIN
+    id := p_message.id;
+    channel := p_channel;
+    content := p_message.content;
+    state := p_message.state;
+    num_attempts := p_message.num_attempts;
+    dequeue_at := lonnymq._to_timestamptz(p_message.dequeue_ms
+                                          + p_message.priority::bigint * lonnymq._priority_step_ms());
+    recovered := p_recovered;
+    RETURN NEXT;
+END
 $$;
 COMMENT ON FUNCTION lonnymq._delivery(lonnymq.message, text, boolean) IS 'A dequeue result row.';
 
