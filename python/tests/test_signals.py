@@ -1,4 +1,4 @@
-"""SIGTERM to a worker process: it stops taking work, finishes or defers what it holds,
+"""SIGTERM (or SIGINT) to a worker process: it stops taking work, finishes or defers what it holds,
 exits 0, and leaves nothing locked and nothing lost."""
 
 from __future__ import annotations
@@ -72,14 +72,15 @@ def test_sigterm_finishes_in_hand_work(
     assert not remaining & ids(lines, "done")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_sigterm_defers_work_past_the_grace_period(
-    dsn: str, queue: Queue, db: psycopg.Connection[Any], mode: str
+def test_signal_defers_work_past_the_grace_period(
+    dsn: str, queue: Queue, db: psycopg.Connection[Any], mode: str, signum: signal.Signals
 ) -> None:
     created = {r.id for r in queue.create_batch([str(n) for n in range(4)])}
     process = start_process(dsn, queue.name, handler_ms=60_000, grace_ms=300, mode=mode)
     lines = read_until_started(process, 2)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     out, _ = process.communicate(timeout=20)
     lines += out.split("\n")
     assert process.returncode == 0 and "exit" in lines
