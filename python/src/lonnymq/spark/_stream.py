@@ -1,0 +1,321 @@
+"""Streaming source: ``spark.readStream.format("lonnymq").option("queue", ...)``.
+
+At-least-once, and no message is completed before its micro-batch committed:
+
+- offsets are ``{"stream": <id>, "batch": <n>}``: a counter of micro-batches per stream. The
+  stream id is made by ``initialOffset`` and travels in every checkpointed offset, so a query
+  restarted from its checkpoint finds its own bookkeeping again;
+- ``latestOffset`` (driver) dequeues up to ``max_messages_per_batch`` messages and copies the
+  deliveries into ``lonnymq_spark.stream_delivery`` in the same transaction: either both
+  happen or neither (a driver dying there leaves no lock behind);
+- ``read`` (executors) reads a batch's deliveries from that copy, so a replayed batch returns
+  exactly the same rows;
+- ``commit`` (driver, after Spark recorded the batch as done) completes the deliveries with
+  their ``num_attempts`` fencing tokens and deletes the copy, in one transaction;
+- a heartbeat thread extends the locks of every uncommitted delivery every ``heartbeat_ms``
+  (a third of ``lock_ms``), so a slow batch keeps its messages. After a crash the restarted
+  query heartbeats them again at once; a message whose lock expired meanwhile is redelivered
+  by a later dequeue (possibly into this stream again): at-least-once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from . import _bookkeeping
+from ._options import Options
+
+log = logging.getLogger("lonnymq.spark")
+
+# message_dequeue hands out at most this many per call.
+_DEQUEUE_MAX = 10_000
+
+# Deliveries of a stream nobody restarted: their locks expired long ago, the messages were
+# redelivered; the copies are garbage after this long.
+_ABANDONED = "7 days"
+
+_PLAN = """
+INSERT INTO lonnymq_spark.stream_delivery
+    (stream_id, batch, ord, id, channel, content, state, num_attempts, dequeue_at, recovered)
+SELECT %(stream)s, %(batch)s, %(ord)s + (pg_catalog.row_number() OVER ())::integer - 1,
+       d.id, d.channel, d.content, d.state, d.num_attempts, d.dequeue_at, d.recovered
+FROM lonnymq.message_dequeue(%(queue)s, %(lock_ms)s, %(n)s) d
+"""
+
+_FILL = """
+UPDATE lonnymq_spark.stream_delivery d
+SET locked_until = m.locked_until, created_at = m.created_at, priority = m.priority,
+    dedup_key = m.dedup_key
+FROM lonnymq.messages m
+WHERE d.stream_id = %s AND d.batch = %s AND m.id = d.id
+"""
+
+_READ = """
+SELECT d.id, %s::text, d.channel, d.content, d.state, d.num_attempts, d.dequeue_at,
+       d.locked_until, d.created_at, d.priority, d.dedup_key
+FROM lonnymq_spark.stream_delivery d
+WHERE d.stream_id = %s AND d.batch = %s AND d.ord BETWEEN %s AND %s
+ORDER BY d.ord
+"""
+
+_COMPLETE = """
+WITH d AS (
+    DELETE FROM lonnymq_spark.stream_delivery d
+    WHERE d.stream_id = %(stream)s AND d.batch = %(batch)s
+    RETURNING d.id, d.num_attempts
+)
+SELECT c.status, pg_catalog.count(*)
+FROM lonnymq.message_complete_batch(
+    coalesce((SELECT pg_catalog.array_agg(d.id ORDER BY d.id, d.num_attempts) FROM d), '{}'),
+    coalesce((SELECT pg_catalog.array_agg(d.num_attempts ORDER BY d.id, d.num_attempts) FROM d),
+             '{}')
+) c
+GROUP BY c.status
+"""
+
+_HEARTBEAT = """
+SELECT h.status, pg_catalog.count(*)
+FROM (SELECT lonnymq.message_heartbeat(d.id, d.num_attempts, %s) AS status
+      FROM (SELECT DISTINCT d.id, d.num_attempts FROM lonnymq_spark.stream_delivery d
+            WHERE d.stream_id = %s ORDER BY d.id, d.num_attempts) d) h
+GROUP BY h.status
+"""
+
+
+@dataclass(frozen=True)
+class BatchSlice:
+    """One read task of a micro-batch: deliveries ord_low..ord_high of one planned batch."""
+
+    stream_id: str
+    batch: int
+    ord_low: int
+    ord_high: int
+
+
+def _offset(stream: str, batch: int) -> dict[str, Any]:
+    return {"stream": stream, "batch": batch}
+
+
+class StreamCore:
+    """The driver-side state of one streaming query (one instance per query run)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.queue = opts.require_queue()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._stream: str | None = None
+        self._last: dict[str, Any] | None = None
+        self._lock = threading.Lock()  # one statement at a time on the driver connection
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._idle_until = 0.0
+
+    # -- driver connection and heartbeats ---------------------------------------------------
+
+    def _db(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = _bookkeeping.connect(self.opts.dsn, autocommit=True)
+            _bookkeeping.ensure_installed(self._conn)
+        return self._conn
+
+    def _attach(self, offset: dict[str, Any] | None) -> tuple[str, int]:
+        if not offset or "stream" not in offset:
+            offset = self._last or self.initial_offset()
+        stream, batch = str(offset["stream"]), int(offset["batch"])
+        if self._stream is None:
+            self._stream = stream
+            self._heartbeat = threading.Thread(
+                target=self._heartbeat_loop, name="lonnymq-spark-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
+        elif stream != self._stream:
+            raise RuntimeError(
+                f"lonnymq stream: offset of stream {stream}, expected {self._stream}"
+            )
+        return stream, batch
+
+    def _heartbeat_loop(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        interval = self.opts.heartbeat_ms / 1000
+        # The first round runs at once: after a restart the previous run's locks are ticking.
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = _bookkeeping.connect(self.opts.dsn, autocommit=True)
+                with self._lock:
+                    rows = conn.execute(_HEARTBEAT, (self.opts.lock_ms, self._stream)).fetchall()
+                lost = sum(n for status, n in rows if status != "extended")
+                if lost:
+                    log.warning(
+                        "lonnymq stream %s: %s deliveries no longer held (lock expired "
+                        "and redelivered, or settled elsewhere)",
+                        self._stream,
+                        lost,
+                    )
+            except Exception:  # keep beating: a transient error must not stop the thread
+                log.exception("lonnymq stream %s: heartbeat failed", self._stream)
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self._stop.wait(interval)
+        if conn is not None:
+            conn.close()
+
+    def stop(self) -> None:
+        """Stops heartbeats. Uncommitted deliveries stay locked until their locks expire."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def initial_offset(self) -> dict[str, Any]:
+        return _offset(uuid.uuid4().hex, 0)
+
+    def latest_offset(self, start: dict[str, Any] | None, max_rows: int | None) -> dict[str, Any]:
+        stream, batch = self._attach(start)
+        n = (
+            self.opts.max_messages_per_batch
+            if max_rows is None
+            else max(1, min(max_rows, self.opts.max_messages_per_batch))
+        )
+        with self._lock:
+            conn = self._db()
+            # A batch planned before but never recorded by Spark (the driver died between our
+            # commit and Spark's offset log): hand out the very same deliveries again.
+            row = conn.execute(
+                "SELECT pg_catalog.max(batch) FROM lonnymq_spark.stream_batch"
+                " WHERE stream_id = %s AND batch > %s",
+                (stream, batch),
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                self._last = _offset(stream, int(row[0]))
+                return self._last
+            if time.monotonic() < self._idle_until:
+                return _offset(stream, batch)
+            planned = self._plan(conn, stream, batch + 1, n)
+        if planned == 0:
+            self._idle_until = time.monotonic() + self.opts.poll_ms / 1000
+            self._last = _offset(stream, batch)
+        else:
+            self._last = _offset(stream, batch + 1)
+        return self._last
+
+    def _plan(self, conn: psycopg.Connection[Any], stream: str, batch: int, n: int) -> int:
+        total = 0
+        with conn.transaction():
+            while total < n:
+                want = min(n - total, _DEQUEUE_MAX)
+                cur = conn.execute(
+                    _PLAN,
+                    {
+                        "stream": stream,
+                        "batch": batch,
+                        "ord": total,
+                        "queue": self.queue,
+                        "lock_ms": self.opts.lock_ms,
+                        "n": want,
+                    },
+                )
+                total += cur.rowcount
+                if cur.rowcount < want:
+                    break
+            if total:
+                conn.execute(_FILL, (stream, batch))
+                conn.execute(
+                    "INSERT INTO lonnymq_spark.stream_batch (stream_id, batch, queue, messages)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (stream, batch, self.queue, total),
+                )
+        return total
+
+    # -- planning and reading -------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BatchSlice]:
+        stream, first = self._attach(start)
+        last = int(end["batch"])
+        if last <= first:
+            return []
+        with self._lock:
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT batch, messages FROM lonnymq_spark.stream_batch"
+                    " WHERE stream_id = %s AND batch > %s AND batch <= %s ORDER BY batch",
+                    (stream, first, last),
+                )
+                .fetchall()
+            )
+        found = {int(b): int(m) for b, m in rows}
+        missing = [b for b in range(first + 1, last + 1) if b not in found]
+        if missing:
+            raise RuntimeError(
+                f"lonnymq stream {stream}: micro-batches {missing} are not in lonnymq_spark."
+                "stream_batch (already committed, or the bookkeeping was removed)"
+            )
+        slices = []
+        for b in range(first + 1, last + 1):
+            count = found[b]
+            step = max(1, -(-count // self.opts.num_partitions))
+            for low in range(0, count, step):
+                slices.append(BatchSlice(stream, b, low, min(count, low + step) - 1))
+        return slices
+
+    def commit(self, end: dict[str, Any]) -> None:
+        stream, last = self._attach(end)
+        with self._lock:
+            conn = self._db()
+            with conn.transaction():
+                batches = [
+                    int(r[0])
+                    for r in conn.execute(
+                        "SELECT batch FROM lonnymq_spark.stream_batch"
+                        " WHERE stream_id = %s AND batch <= %s ORDER BY batch FOR UPDATE",
+                        (stream, last),
+                    ).fetchall()
+                ]
+                stale = 0
+                for b in batches:
+                    for status, count in conn.execute(
+                        _COMPLETE, {"stream": stream, "batch": b}
+                    ).fetchall():
+                        if status != "completed":
+                            stale += count
+                    conn.execute(
+                        "DELETE FROM lonnymq_spark.stream_batch WHERE stream_id = %s AND batch = %s",
+                        (stream, b),
+                    )
+                conn.execute(
+                    "DELETE FROM lonnymq_spark.stream_delivery d USING lonnymq_spark.stream_batch b"
+                    " WHERE b.stream_id = d.stream_id AND b.batch = d.batch"
+                    f" AND b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
+                )
+                conn.execute(
+                    "DELETE FROM lonnymq_spark.stream_batch b"
+                    f" WHERE b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
+                )
+        if stale:
+            log.warning(
+                "lonnymq stream %s: %s deliveries were no longer held at commit "
+                "(redelivered after lock expiry): at-least-once",
+                stream,
+                stale,
+            )
+
+
+def read_slice(opts: Options, part: BatchSlice) -> Iterator[tuple[Any, ...]]:
+    with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
+        for row in conn.execute(
+            _READ, (opts.require_queue(), part.stream_id, part.batch, part.ord_low, part.ord_high)
+        ):
+            yield tuple(row)

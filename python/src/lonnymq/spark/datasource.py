@@ -1,0 +1,185 @@
+"""The PySpark classes of the ``lonnymq`` format. Importing this module imports pyspark.
+
+The logic lives in the pyspark-free modules next to it (``_write``, ``_read``, ``_stream``);
+these classes only adapt it to the ``pyspark.sql.datasource`` API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import datasource as ds
+from pyspark.sql.types import StructType
+
+from . import _read, _stream, _write
+from ._convert import ColumnMapping, resolve_columns
+from ._options import OptionError, Options
+
+# Arrow writers avoid a Row object per message; PySpark 4.0 has only the batch one.
+_ArrowWriter = getattr(ds, "DataSourceArrowWriter", None)
+_StreamArrowWriter = getattr(ds, "DataSourceStreamArrowWriter", None)
+
+
+class LonnymqDataSource(ds.DataSource):
+    """``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` ``.format("lonnymq")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "lonnymq"
+
+    def _opts(self) -> Options:
+        return Options.parse(self.options)
+
+    def schema(self) -> str:
+        return _read.SCHEMAS[self._opts().table]
+
+    def reader(self, schema: StructType) -> LonnymqReader:
+        return LonnymqReader(self._opts())
+
+    def streamReader(self, schema: StructType) -> LonnymqStreamReader:
+        opts = self._opts()
+        if opts.table != "message":
+            raise OptionError("readStream consumes a queue: leave option table unset")
+        return LonnymqStreamReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> LonnymqWriter:
+        opts = self._opts()
+        opts.require_queue()
+        if overwrite:
+            raise OptionError("lonnymq only appends messages: use mode('append')")
+        return LonnymqWriter(opts, resolve_columns(schema, opts))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> LonnymqStreamWriter:
+        opts = self._opts()
+        opts.require_queue()
+        mapping = resolve_columns(schema, opts)
+        _write.job_committed(opts, "")  # installs the bookkeeping before any task runs
+        return LonnymqStreamWriter(opts, mapping)
+
+
+# --- batch read ----------------------------------------------------------------------------
+
+
+class IdRange(ds.InputPartition):
+    def __init__(self, part: _read.Range) -> None:
+        super().__init__(part.index)
+        self.part = part
+
+
+class LonnymqReader(ds.DataSourceReader):
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[IdRange]:
+        return [IdRange(p) for p in _read.plan(self.opts)]
+
+    def read(self, partition: IdRange) -> Iterator[tuple[Any, ...]]:
+        return _read.read(self.opts, partition.part)
+
+
+# --- streaming source ----------------------------------------------------------------------
+
+
+class BatchSlicePartition(ds.InputPartition):
+    def __init__(self, part: _stream.BatchSlice) -> None:
+        super().__init__(part.ord_low)
+        self.part = part
+
+
+class LonnymqStreamReader(ds.DataSourceStreamReader):
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.core = _stream.StreamCore(opts)
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self.core.initial_offset()
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        return ReadMaxRows(self.opts.max_messages_per_batch)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        # PySpark < 4.2 calls latestOffset() without arguments.
+        max_rows = getattr(limit, "max_rows", None)
+        return self.core.latest_offset(start, max_rows)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BatchSlicePartition]:
+        return [BatchSlicePartition(p) for p in self.core.partitions(start, end)]
+
+    def read(self, partition: BatchSlicePartition) -> Iterator[tuple[Any, ...]]:
+        return _stream.read_slice(self.opts, partition.part)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.core.commit(end)
+
+    def stop(self) -> None:
+        self.core.stop()
+
+
+# --- batch and streaming write --------------------------------------------------------------
+
+
+class _WriterBase:
+    arrow = False
+
+    def __init__(self, opts: Options, mapping: ColumnMapping) -> None:
+        self.opts = opts
+        self.mapping = mapping
+
+    def _chunks(self, iterator: Iterator[Any]) -> Iterator[_write.Chunk]:
+        if self.arrow:
+            return _write.arrow_chunks(iterator, self.mapping)
+        return _write.row_chunks(iterator, self.mapping)
+
+
+class LonnymqWriter(_WriterBase, _ArrowWriter or ds.DataSourceWriter):  # type: ignore[misc]
+    """Batch write: one write id for the whole job, chosen once on the driver."""
+
+    arrow = _ArrowWriter is not None
+
+    def __init__(self, opts: Options, mapping: ColumnMapping) -> None:
+        super().__init__(opts, mapping)
+        key = opts.idempotency_key
+        self.write_id = _write.write_id_for(key)
+        # Installs the bookkeeping; for a re-run of a committed keyed write, every task
+        # returns at once.
+        self.done = _write.job_committed(opts, self.write_id)
+
+    def write(self, iterator: Iterator[Any]) -> _write.PartitionResult:
+        if self.done:
+            return _write.PartitionResult(self.write_id, _write.task()[0], skipped=True)
+        return _write.write_partition(
+            self.opts, self.mapping, self.write_id, self._chunks(iterator)
+        )
+
+    def commit(self, messages: list[Any]) -> None:
+        _write.commit_job(self.opts, self.write_id, len(messages))
+        _write.log.info(_write.summarize(self.write_id, messages))
+
+    def abort(self, messages: list[Any]) -> None:
+        # Committed partitions stay, with their markers: re-running the job with the same
+        # idempotency_key creates only the partitions that are missing.
+        _write.log.warning("aborted; %s", _write.summarize(self.write_id, messages))
+
+
+class LonnymqStreamWriter(_WriterBase, _StreamArrowWriter or ds.DataSourceStreamWriter):  # type: ignore[misc]
+    """Streaming sink: a micro-batch's write id is (query id, batch id), see ``_write``."""
+
+    arrow = _StreamArrowWriter is not None
+
+    def write(self, iterator: Iterator[Any]) -> _write.PartitionResult:
+        return _write.write_partition(
+            self.opts, self.mapping, _write.stream_write_id(), self._chunks(iterator)
+        )
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        for write_id in {m.write_id for m in messages if isinstance(m, _write.PartitionResult)}:
+            _write.commit_job(self.opts, write_id, len(messages))
+            _write.log.info(_write.summarize(write_id, messages))
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        _write.log.warning("lonnymq sink: micro-batch %s aborted", batchId)
