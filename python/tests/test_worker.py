@@ -292,3 +292,11 @@ def test_lost_listen_connection_is_replaced(
     queue.create("after reconnect")
     assert picked.wait(10)
     assert time.monotonic() - started < 1.0
+
+
+def test_stop_before_run_is_not_lost(queue: Queue) -> None:
+    queue.create("never handled")
+    worker = Worker(queue, lambda m: None)
+    worker.stop()
+    worker.run()  # returns at once instead of running forever
+    assert worker.counts["completed"] == 0

@@ -78,7 +78,8 @@ class AsyncWorker:
         )
 
     def stop(self) -> None:
-        """Stop taking work. Safe to call from the event loop or from another thread."""
+        """Stop taking work. Safe to call from the event loop or from another thread.
+        A stopped worker stays stopped: create a new one to run again."""
         loop = self._loop_ref
         if loop is not None and not _in_loop(loop):
             loop.call_soon_threadsafe(self.stop)
@@ -93,7 +94,7 @@ class AsyncWorker:
     async def run(self, until_idle: bool = False) -> None:
         """Process messages until ``stop()`` (or SIGTERM/SIGINT); with ``until_idle``, also
         return once nothing is ready and nothing is in flight."""
-        self._stopping = False
+        # _stopping is not reset: a stop() that lands just before run() must still count.
         self._loop_ref = asyncio.get_running_loop()
         self._listening = asyncio.Event()
         async with self._signals():

@@ -86,7 +86,8 @@ class Worker:
         )
 
     def stop(self) -> None:
-        """Stop taking work; ``run()`` returns once running handlers finish (thread-safe)."""
+        """Stop taking work; ``run()`` returns once running handlers finish (thread-safe).
+        A stopped worker stays stopped: create a new one to run again."""
         self._stopping.set()
         self._wake.set()
 
@@ -98,7 +99,7 @@ class Worker:
     def run(self, until_idle: bool = False) -> None:
         """Process messages until ``stop()`` (or SIGTERM/SIGINT); with ``until_idle``, also
         return once nothing is ready and nothing is in flight."""
-        self._stopping.clear()
+        # _stopping is not reset: a stop() that lands just before run() must still count.
         self._finished.clear()
         listener = Listener(self.queue.conninfo, self.queue.name, self._wake)
         heartbeats = threading.Thread(
