@@ -13,7 +13,7 @@
 
 BEGIN;
 CREATE EXTENSION lonnymq;
-SELECT plan(21);
+SELECT plan(24);
 
 CREATE ROLE lonnymq_tap_hostile NOLOGIN;
 GRANT USAGE ON SCHEMA lonnymq TO lonnymq_tap_hostile;
@@ -139,6 +139,19 @@ SELECT is((SELECT array_agg(convert_from(content, 'UTF8') ORDER BY id) FROM lonn
           ARRAY['b', 'b3', 'b4'], 'the live messages are the expected ones');
 SELECT is((SELECT array_agg(convert_from(content, 'UTF8') || ':' || outcome) FROM lonnymq.message_archive),
           ARRAY['b2:failed'], 'the failed message is archived');
+
+-- And with an empty search_path (nothing but pg_catalog, implicitly), as a
+-- role that is not the owner: the API works when called qualified.
+SET LOCAL ROLE lonnymq_tap_hostile;
+SET LOCAL search_path = '';
+CREATE TEMP TABLE empty_path AS
+SELECT (SELECT status FROM lonnymq.message_create('q3', 'c', 'e1')) AS created,
+       (SELECT pg_catalog.count(*) FROM lonnymq.message_dequeue('q3', 60000)) AS dequeued;
+RESET search_path;
+RESET ROLE;
+SELECT is((SELECT created FROM empty_path), 'created', 'empty search_path: message_create');
+SELECT is((SELECT dequeued FROM empty_path), 1::bigint, 'empty search_path: message_dequeue');
+SELECT is((SELECT count(*) FROM lonnymq.verify()), 0::bigint, 'verify() is empty at the end');
 
 SELECT * FROM finish();
 ROLLBACK;
