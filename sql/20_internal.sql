@@ -191,31 +191,43 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and ready_ms of a locked channel.';
 
--- Folds due producer hints into channel heads. Channels held by another
--- transaction are left alone, with their hints, for a later dequeue (the
--- holder is a dequeuer or settler about to commit): this never waits, so
--- dequeue never waits. Returns those busy channels: their messages are ready
--- even if no committed head says so yet, and dequeue may share them.
+-- Folds due producer hints into channel heads, for up to p_limit channels.
+-- Channels held by another transaction (a dequeuer or settler about to
+-- commit, which folds them in itself next time) are passed over, with their
+-- hints: this never waits, so dequeue never waits. Returns those busy
+-- channels: their messages are ready even if no committed head says so yet,
+-- and dequeue may share them. How many hints it reads past busy channels is
+-- bounded by what was produced while they were held (at most 10000).
 CREATE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel_id bigint;
+    v_seen bigint[] := '{}';
     v_busy bigint[] := '{}';
+    v_refreshed integer := 0;
 BEGIN
     FOR v_channel_id IN
-        SELECT DISTINCT due.channel_id FROM (
-            SELECT h.channel_id FROM lonnymq.channel_hint h
-            WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
-            ORDER BY h.dequeue_ms
-            LIMIT p_limit) due
+        SELECT h.channel_id FROM lonnymq.channel_hint h
+        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
+        ORDER BY h.dequeue_ms
+        LIMIT 10000
     LOOP
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_channel_id FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN v_channel_id = ANY (v_seen);
+        v_seen := v_seen || v_channel_id;
+        -- Lock order: the channel's advisory lock (shared), then its row.
+        PERFORM 1 FROM lonnymq.channel c
+        WHERE c.id = v_channel_id
+          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                          lonnymq._channel_lock_key(c.queue_id, c.name))
+        FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             -- Delete first, refresh second: every message whose hint goes was
             -- committed before the refresh's snapshot, so the refresh sees it.
             DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms;
             PERFORM lonnymq._channel_refresh(v_channel_id);
+            v_refreshed := v_refreshed + 1;
+            EXIT WHEN v_refreshed >= p_limit;
         ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
             v_busy := v_busy || v_channel_id;
         ELSE
@@ -299,7 +311,7 @@ BEGIN
         v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                           v_channel.max_size);
         IF v_accounted THEN
-            PERFORM 1 FROM lonnymq.channel c WHERE c.id = v_channel.id FOR NO KEY UPDATE;
+            SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id FOR NO KEY UPDATE;
         END IF;
     END IF;
     IF p_outcome <> 'completed' OR coalesce(v_channel.retain_completed, false) THEN
@@ -313,6 +325,13 @@ BEGIN
             ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, c.release_interval_ms,
                                          c.locked_count - 1, c.max_concurrency, c.turn_seq)
         WHERE c.id = v_channel.id;
+        -- A saturated channel with waiting work just got a free slot: that
+        -- work is ready now, and idle workers should hear of it.
+        IF v_channel.head_ms IS NOT NULL AND v_channel.max_concurrency IS NOT NULL
+           AND v_channel.locked_count >= v_channel.max_concurrency THEN
+            PERFORM lonnymq._notify('lonnymq', q.name, 'released')
+            FROM lonnymq.queue q WHERE q.id = p_message.queue_id;
+        END IF;
     END IF;
 END
 $$;

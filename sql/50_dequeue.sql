@@ -133,10 +133,14 @@ BEGIN
         v_channel := NULL;
         v_exclusive := false;
         IF v_has_channels THEN
+            -- Lock order: the channel's advisory lock (shared, tried in the
+            -- WHERE clause, which runs before the row lock), then its row.
             SELECT c.* INTO v_channel FROM lonnymq.channel c
             WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
               AND (v_free_ms IS NULL
                    OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+              AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                              lonnymq._channel_lock_key(c.queue_id, c.name))
             ORDER BY c.ready_ms, c.turn_seq, c.id
             LIMIT 1
             FOR NO KEY UPDATE SKIP LOCKED;
@@ -147,6 +151,8 @@ BEGIN
                   AND (v_free_ms IS NULL
                        OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
                   AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                  AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                                  lonnymq._channel_lock_key(c.queue_id, c.name))
                 ORDER BY c.ready_ms, c.turn_seq, c.id
                 LIMIT 1;
             END IF;
@@ -156,6 +162,8 @@ BEGIN
                 SELECT c.* INTO v_channel FROM lonnymq.channel c
                 WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
                   AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                  AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                                  lonnymq._channel_lock_key(c.queue_id, c.name))
                 ORDER BY c.last_turn_ms, c.turn_seq, c.id
                 LIMIT 1;
             END IF;
@@ -164,11 +172,6 @@ BEGIN
         IF v_channel.id IS NOT NULL THEN
             v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                               v_channel.max_size);
-            -- A policy change or sweep in progress holds the advisory lock: skip.
-            IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
-                v_tried := v_tried || v_channel.id;
-                CONTINUE;
-            END IF;
             SELECT m.* INTO v_message FROM lonnymq.message m
             WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
             ORDER BY m.dequeue_ms, m.id

@@ -1,13 +1,17 @@
 -- ===========================================================================
 -- Inspection: views with stable column names, wait_hint_ms, verify.
--- Views run with the extension owner's rights: GRANT SELECT on a view shows
--- its rows without opening the tables underneath.
+-- Views read their tables with the extension owner's rights, so GRANT SELECT
+-- on a view shows its rows without opening the tables underneath. Functions
+-- inside a view run with the reader's rights, though: the views therefore use
+-- pg_catalog expressions only, never the revoked lonnymq helpers.
+-- (2^48 ms is _priority_step_ms(); epoch arithmetic is _to_timestamptz().)
 -- ===========================================================================
 
 CREATE VIEW lonnymq.messages AS
 SELECT m.id, q.name AS queue, c.name AS channel, m.content, m.state, m.num_attempts,
-       lonnymq._to_timestamptz(m.dequeue_ms + m.priority::bigint * lonnymq._priority_step_ms()) AS dequeue_at,
-       lonnymq._to_timestamptz(m.locked_until_ms) AS locked_until,
+       'epoch'::timestamptz + (m.dequeue_ms + m.priority::bigint * 281474976710656) * '1 millisecond'::interval
+           AS dequeue_at,
+       'epoch'::timestamptz + m.locked_until_ms * '1 millisecond'::interval AS locked_until,
        m.created_at, m.priority, m.dedup_key
 FROM lonnymq.message m
 JOIN lonnymq.queue q ON q.id = m.queue_id
@@ -16,13 +20,13 @@ COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
 -- Per channel, plus one row per queue (channel NULL) for channel-less messages.
 CREATE VIEW lonnymq.channel_stats AS
-WITH now_ms AS (SELECT lonnymq._now_ms() AS ms),
+WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms),
 counts AS (
     SELECT m.queue_id, m.channel_id,
            pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS ready,
            pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms > n.ms) AS scheduled,
            pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NOT NULL) AS locked,
-           pg_catalog.min(m.dequeue_ms + m.priority::bigint * lonnymq._priority_step_ms())
+           pg_catalog.min(m.dequeue_ms + m.priority::bigint * 281474976710656)
                FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS oldest_ready_at_ms
     FROM lonnymq.message m CROSS JOIN now_ms n
     GROUP BY m.queue_id, m.channel_id
