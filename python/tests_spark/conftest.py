@@ -21,17 +21,16 @@ from psycopg import conninfo, sql
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-ADMIN_DSN = os.environ.get(
-    "LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres"
-)
+ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
 DATABASE = os.environ.get("LONNYMQ_SPARK_TEST_DB", "lonnymq_spark_test")
 
 
 @pytest.fixture(scope="session")
 def dsn() -> str:
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(DATABASE)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
     url = conninfo.make_conninfo(ADMIN_DSN, dbname=DATABASE)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -86,7 +85,8 @@ def enqueue(db: psycopg.Connection[Any], queue: str, n: int, channels: int = 3) 
     rows = db.execute(
         "SELECT id FROM lonnymq.message_create_batch(%s,"
         " (SELECT array_agg('tenant_' || (i %% %s) ORDER BY i) FROM generate_series(1, %s) i),"
-        " (SELECT array_agg(convert_to('m' || i, 'UTF8') ORDER BY i) FROM generate_series(1, %s) i))",
+        " (SELECT array_agg(convert_to('m' || i, 'UTF8') ORDER BY i)"
+        "  FROM generate_series(1, %s) i))",
         (queue, channels, n, n),
     ).fetchall()
     return [int(r[0]) for r in rows]

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from conftest import count_live
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _write(df: Any, dsn: str, queue: str, **options: Any) -> None:
@@ -30,13 +30,24 @@ def _read(spark: Any, dsn: str, **options: Any) -> Any:
 def test_round_trip_with_column_mapping(spark: Any, dsn: str, queue_name: str) -> None:
     later = dt.datetime(2099, 1, 1, tzinfo=UTC)
     rows = [
-        (f"tenant_{i % 3}", f"job {i}", later if i % 10 == 0 else None,
-         f"d{i % 50}" if i < 60 else None)
+        (
+            f"tenant_{i % 3}",
+            f"job {i}",
+            later if i % 10 == 0 else None,
+            f"d{i % 50}" if i < 60 else None,
+        )
         for i in range(300)
     ]
     df = spark.createDataFrame(rows, "tenant string, body string, not_before timestamp, key string")
-    _write(df.repartition(3), dsn, queue_name, channel_column="tenant", content_column="body",
-           dequeue_at_column="not_before", dedup_key_column="key")
+    _write(
+        df.repartition(3),
+        dsn,
+        queue_name,
+        channel_column="tenant",
+        content_column="body",
+        dequeue_at_column="not_before",
+        dedup_key_column="key",
+    )
 
     out = _read(spark, dsn, queue=queue_name, num_partitions=3).collect()
     # 60 rows share 50 dedup keys: 10 are deduplicated against a live message.
@@ -56,17 +67,24 @@ def test_content_kinds(spark: Any, dsn: str, queue_name: str, db: psycopg.Connec
     ).selectExpr("named_struct('n', n, 'attrs', attrs, 'tags', array('x', 'y')) AS content")
     _write(df, dsn, queue_name)
     contents = sorted(
-        (json.loads(bytes(r[0])) for r in db.execute(
-            "SELECT content FROM lonnymq.messages WHERE queue = %s", (queue_name,)).fetchall()),
+        (
+            json.loads(bytes(r[0]))
+            for r in db.execute(
+                "SELECT content FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+            ).fetchall()
+        ),
         key=lambda c: c["n"],
     )
-    assert contents == [{"attrs": {"a": 1}, "n": 1, "tags": ["x", "y"]},
-                        {"attrs": {"b": 2}, "n": 2, "tags": ["x", "y"]}]
+    assert contents == [
+        {"attrs": {"a": 1}, "n": 1, "tags": ["x", "y"]},
+        {"attrs": {"b": 2}, "n": 2, "tags": ["x", "y"]},
+    ]
 
     binary = spark.createDataFrame([(bytearray(b"\x00\xff"),)], "content binary")
     _write(binary, dsn, queue_name + "_bin")
-    row = db.execute("SELECT content, channel FROM lonnymq.messages WHERE queue = %s",
-                     (queue_name + "_bin",)).fetchone()
+    row = db.execute(
+        "SELECT content, channel FROM lonnymq.messages WHERE queue = %s", (queue_name + "_bin",)
+    ).fetchone()
     assert row == (b"\x00\xff", None)  # no channel column: a channel-less message
 
 
@@ -100,12 +118,15 @@ def test_task_failing_half_way_is_retried_exactly_once(
     _write(df, dsn, queue_name, chunk_rows=200)
 
     assert count_live(db, queue_name) == 3000
-    distinct = db.execute("SELECT count(DISTINCT content) FROM lonnymq.messages WHERE queue = %s",
-                          (queue_name,)).fetchone()
+    distinct = db.execute(
+        "SELECT count(DISTINCT content) FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+    ).fetchone()
     assert distinct == (3000,)
     attempts = db.execute(
         "SELECT partition_id, task_attempt, rows, created FROM lonnymq_spark.write_partition"
-        " WHERE queue = %s ORDER BY partition_id", (queue_name,)).fetchall()
+        " WHERE queue = %s ORDER BY partition_id",
+        (queue_name,),
+    ).fetchall()
     assert attempts == [(0, 0, 1000, 1000), (1, 1, 1000, 1000), (2, 0, 1000, 1000)]
     # The failed attempt really had created 600 messages before it failed: their ids were
     # drawn from the sequence, and rolled back with everything else.
@@ -130,9 +151,11 @@ def test_rerun_with_same_idempotency_key_creates_nothing(
     # Another key is another write.
     _write(df, dsn, queue_name, idempotency_key="nightly-2026-11-22")
     assert count_live(db, queue_name) == 1000
-    job = db.execute("SELECT partitions, created FROM lonnymq_spark.write_job"
-                     " WHERE queue = %s AND write_id = 'key:nightly-2026-11-21'",
-                     (queue_name,)).fetchone()
+    job = db.execute(
+        "SELECT partitions, created FROM lonnymq_spark.write_job"
+        " WHERE queue = %s AND write_id = 'key:nightly-2026-11-21'",
+        (queue_name,),
+    ).fetchone()
     assert job == (2, 500)
 
 
@@ -166,17 +189,23 @@ def test_failed_job_resumed_with_its_idempotency_key(
 def test_read_channel_and_archive_tables(
     spark: Any, dsn: str, queue_name: str, db: psycopg.Connection[Any]
 ) -> None:
-    db.execute("SELECT lonnymq.channel_set(%s, 'acme', max_concurrency => 2,"
-               " retain_completed => true)", (queue_name,))
-    df = spark.createDataFrame([("acme", f"m{i}") for i in range(20)], "channel string, content string")
+    db.execute(
+        "SELECT lonnymq.channel_set(%s, 'acme', max_concurrency => 2, retain_completed => true)",
+        (queue_name,),
+    )
+    df = spark.createDataFrame(
+        [("acme", f"m{i}") for i in range(20)], "channel string, content string"
+    )
     _write(df, dsn, queue_name)
-    for d in db.execute("SELECT id, num_attempts FROM lonnymq.message_dequeue(%s, 60000, 2)",
-                        (queue_name,)).fetchall():
+    for d in db.execute(
+        "SELECT id, num_attempts FROM lonnymq.message_dequeue(%s, 60000, 2)", (queue_name,)
+    ).fetchall():
         db.execute("SELECT lonnymq.message_complete(%s, %s)", d)
 
     channels = _read(spark, dsn, table="channel", queue=queue_name).collect()
     assert [(c.channel, c.ready, c.max_concurrency, c.retain_completed) for c in channels] == [
-        ("acme", 18, 2, True)]
+        ("acme", 18, 2, True)
+    ]
 
     archive = _read(spark, dsn, table="message_archive", queue=queue_name, num_partitions=2)
     assert dict(archive.dtypes)["archived_at"] == "timestamp"

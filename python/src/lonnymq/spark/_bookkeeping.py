@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS lonnymq_spark.write_job (
     committed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (queue, write_id)
 );
-COMMENT ON TABLE lonnymq_spark.write_job IS 'Committed Spark writes: a replay of one creates nothing.';
+COMMENT ON TABLE lonnymq_spark.write_job IS
+    'Committed Spark writes: a replay of one creates nothing.';
 
 CREATE TABLE IF NOT EXISTS lonnymq_spark.write_partition (
     queue text NOT NULL,

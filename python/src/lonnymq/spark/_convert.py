@@ -119,7 +119,7 @@ def arrow_contents(column: Any, kind: str) -> list[bytes | None]:
     if kind == STRING:
         # string -> binary is a zero-copy cast in Arrow.
         target = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
-        return column.cast(target).to_pylist()  # type: ignore[no-any-return]
+        return list(column.cast(target).to_pylist())
     if kind == BINARY:
-        return column.to_pylist()  # type: ignore[no-any-return]
+        return list(column.to_pylist())
     return [to_json_bytes(v) for v in column.to_pylist()]

@@ -74,7 +74,7 @@ def plan(opts: Options) -> list[Range]:
         return [Range(0, low=1, high=0)]  # empty: one task that reads nothing
     low, high = int(row[0]), int(row[1])
     step = max(1, -(-(high - low + 1) // n))  # ceiling division
-    ranges = []
+    ranges: list[Range] = []
     start = low
     while start <= high:
         ranges.append(Range(len(ranges), low=start, high=min(high, start + step - 1)))

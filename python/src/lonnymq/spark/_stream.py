@@ -3,15 +3,18 @@
 At-least-once, and no message is completed before its micro-batch committed:
 
 - offsets are ``{"stream": <id>, "batch": <n>}``: a counter of micro-batches per stream. The
-  stream id is made by ``initialOffset`` and travels in every checkpointed offset, so a query
-  restarted from its checkpoint finds its own bookkeeping again;
+  stream id is drawn when the first batch is planned and travels in every checkpointed
+  offset, so a query restarted from its checkpoint finds its own bookkeeping again;
 - ``latestOffset`` (driver) dequeues up to ``max_messages_per_batch`` messages and copies the
   deliveries into ``lonnymq_spark.stream_delivery`` in the same transaction: either both
   happen or neither (a driver dying there leaves no lock behind);
 - ``read`` (executors) reads a batch's deliveries from that copy, so a replayed batch returns
   exactly the same rows;
 - ``commit`` (driver, after Spark recorded the batch as done) completes the deliveries with
-  their ``num_attempts`` fencing tokens and deletes the copy, in one transaction;
+  their ``num_attempts`` fencing tokens and deletes the copy, in one transaction. Spark calls
+  it only when it builds the *next* batch; since it asks ``latestOffset(start)`` only after
+  the batch ending at ``start`` is in its commit log, that call completes them too, so an
+  idle queue does not keep the last batch locked;
 - a heartbeat thread extends the locks of every uncommitted delivery every ``heartbeat_ms``
   (a third of ``lock_ms``), so a slow batch keeps its messages. After a crash the restarted
   query heartbeats them again at once; a message whose lock expired meanwhile is redelivered
@@ -127,9 +130,12 @@ class StreamCore:
         return self._conn
 
     def _attach(self, offset: dict[str, Any] | None) -> tuple[str, int]:
-        if not offset or "stream" not in offset:
+        """The stream of an offset. The initial offset has none yet: the first planned batch
+        names it (so every run of a query that never planned a batch starts the same way)."""
+        if offset is None:  # PySpark < 4.2 calls latestOffset() without a start
             offset = self._last or self.initial_offset()
-        stream, batch = str(offset["stream"]), int(offset["batch"])
+        stream = offset.get("stream") or self._stream or uuid.uuid4().hex
+        batch = int(offset.get("batch", 0))
         if self._stream is None:
             self._stream = stream
             self._heartbeat = threading.Thread(
@@ -180,7 +186,7 @@ class StreamCore:
     # -- offsets ------------------------------------------------------------------------------
 
     def initial_offset(self) -> dict[str, Any]:
-        return _offset(uuid.uuid4().hex, 0)
+        return {"batch": 0}
 
     def latest_offset(self, start: dict[str, Any] | None, max_rows: int | None) -> dict[str, Any]:
         stream, batch = self._attach(start)
@@ -191,6 +197,11 @@ class StreamCore:
         )
         with self._lock:
             conn = self._db()
+            # Spark plans one micro-batch at a time and asks for data after ``start`` only once
+            # the batch ending at ``start`` is in its commit log; it calls commit() for it only
+            # when it constructs the next batch, which may take long on an idle queue. Complete
+            # those deliveries now rather than keep them locked until new work arrives.
+            self._complete(conn, stream, batch)
             # A batch planned before but never recorded by Spark (the driver died between our
             # commit and Spark's offset log): hand out the very same deliveries again.
             row = conn.execute(
@@ -202,13 +213,13 @@ class StreamCore:
                 self._last = _offset(stream, int(row[0]))
                 return self._last
             if time.monotonic() < self._idle_until:
-                return _offset(stream, batch)
+                return start or _offset(stream, batch)
             planned = self._plan(conn, stream, batch + 1, n)
         if planned == 0:
+            # Nothing new: answer the start itself, so Spark sees no new data.
             self._idle_until = time.monotonic() + self.opts.poll_ms / 1000
-            self._last = _offset(stream, batch)
-        else:
-            self._last = _offset(stream, batch + 1)
+            return start or _offset(stream, batch)
+        self._last = _offset(stream, batch + 1)
         return self._last
 
     def _plan(self, conn: psycopg.Connection[Any], stream: str, batch: int, n: int) -> int:
@@ -242,8 +253,8 @@ class StreamCore:
     # -- planning and reading -------------------------------------------------------------------
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BatchSlice]:
-        stream, first = self._attach(start)
-        last = int(end["batch"])
+        stream, last = self._attach(end)
+        first = int(start.get("batch", 0))
         if last <= first:
             return []
         with self._lock:
@@ -274,36 +285,41 @@ class StreamCore:
     def commit(self, end: dict[str, Any]) -> None:
         stream, last = self._attach(end)
         with self._lock:
-            conn = self._db()
-            with conn.transaction():
-                batches = [
-                    int(r[0])
-                    for r in conn.execute(
-                        "SELECT batch FROM lonnymq_spark.stream_batch"
-                        " WHERE stream_id = %s AND batch <= %s ORDER BY batch FOR UPDATE",
-                        (stream, last),
-                    ).fetchall()
-                ]
-                stale = 0
-                for b in batches:
-                    for status, count in conn.execute(
-                        _COMPLETE, {"stream": stream, "batch": b}
-                    ).fetchall():
-                        if status != "completed":
-                            stale += count
-                    conn.execute(
-                        "DELETE FROM lonnymq_spark.stream_batch WHERE stream_id = %s AND batch = %s",
-                        (stream, b),
-                    )
+            self._complete(self._db(), stream, last)
+
+    def _complete(self, conn: psycopg.Connection[Any], stream: str, last: int) -> None:
+        """Completes the deliveries of every planned batch up to ``last`` and forgets them."""
+        stale = 0
+        with conn.transaction():
+            batches = [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT batch FROM lonnymq_spark.stream_batch"
+                    " WHERE stream_id = %s AND batch <= %s ORDER BY batch FOR UPDATE",
+                    (stream, last),
+                ).fetchall()
+            ]
+            if not batches:
+                return
+            for b in batches:
+                for status, count in conn.execute(
+                    _COMPLETE, {"stream": stream, "batch": b}
+                ).fetchall():
+                    if status != "completed":
+                        stale += count
                 conn.execute(
-                    "DELETE FROM lonnymq_spark.stream_delivery d USING lonnymq_spark.stream_batch b"
-                    " WHERE b.stream_id = d.stream_id AND b.batch = d.batch"
-                    f" AND b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
+                    "DELETE FROM lonnymq_spark.stream_batch WHERE stream_id = %s AND batch = %s",
+                    (stream, b),
                 )
-                conn.execute(
-                    "DELETE FROM lonnymq_spark.stream_batch b"
-                    f" WHERE b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
-                )
+            conn.execute(
+                "DELETE FROM lonnymq_spark.stream_delivery d USING lonnymq_spark.stream_batch b"
+                " WHERE b.stream_id = d.stream_id AND b.batch = d.batch"
+                f" AND b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
+            )
+            conn.execute(
+                "DELETE FROM lonnymq_spark.stream_batch b"
+                f" WHERE b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
+            )
         if stale:
             log.warning(
                 "lonnymq stream %s: %s deliveries were no longer held at commit "

@@ -32,7 +32,7 @@ from ._options import Options
 try:
     from pyspark.sql.datasource import WriterCommitMessage
 except ImportError:  # pragma: no cover - only the Spark classes need the real base
-    WriterCommitMessage = object  # type: ignore[assignment, misc]
+    WriterCommitMessage = object  # type: ignore[assignment, misc, unused-ignore]
 
 log = logging.getLogger("lonnymq.spark")
 
@@ -58,8 +58,17 @@ GROUP BY r.status
 """
 
 
+# The partition marker. A concurrent attempt holding it makes this wait for its outcome.
+_CLAIM = """
+INSERT INTO lonnymq_spark.write_partition (queue, write_id, partition_id, task_attempt)
+VALUES (%s, %s, %s, %s)
+ON CONFLICT DO NOTHING
+RETURNING 1
+"""
+
+
 @dataclass
-class PartitionResult(WriterCommitMessage):  # type: ignore[misc, valid-type]
+class PartitionResult(WriterCommitMessage):  # type: ignore[misc, valid-type, unused-ignore]
     """What one task reports to the driver (pickled: a WriterCommitMessage)."""
 
     write_id: str
@@ -84,7 +93,7 @@ def arrow_chunks(batches: Iterable[Any], mapping: ColumnMapping) -> Iterator[Chu
         none: list[Any] = [None] * n
 
         def column(name: str | None, b: Any = batch, empty: list[Any] = none) -> list[Any]:
-            return empty if name is None else b.column(name).to_pylist()  # type: ignore[no-any-return]
+            return empty if name is None else list(b.column(name).to_pylist())
 
         contents = arrow_contents(batch.column(mapping.content), mapping.content_kind)
         yield (
@@ -138,11 +147,7 @@ def write_partition(
         claimed = (
             None
             if done
-            else conn.execute(
-                "INSERT INTO lonnymq_spark.write_partition (queue, write_id, partition_id, task_attempt)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                (queue, write_id, partition_id, attempt),
-            ).fetchone()
+            else conn.execute(_CLAIM, (queue, write_id, partition_id, attempt)).fetchone()
         )
         if claimed is None:
             log.info(

@@ -74,7 +74,8 @@ class LonnymqReader(ds.DataSourceReader):
     def partitions(self) -> list[IdRange]:
         return [IdRange(p) for p in _read.plan(self.opts)]
 
-    def read(self, partition: IdRange) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: ds.InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, IdRange)
         return _read.read(self.opts, partition.part)
 
 
@@ -90,7 +91,18 @@ class BatchSlicePartition(ds.InputPartition):
 class LonnymqStreamReader(ds.DataSourceStreamReader):
     def __init__(self, opts: Options) -> None:
         self.opts = opts
-        self.core = _stream.StreamCore(opts)
+        self._core: _stream.StreamCore | None = None
+
+    @property
+    def core(self) -> _stream.StreamCore:
+        # Driver only: executors get a pickled copy of the reader for read(), without the
+        # driver's connection, lock and heartbeat thread.
+        if self._core is None:
+            self._core = _stream.StreamCore(self.opts)
+        return self._core
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"opts": self.opts, "_core": None}
 
     def initialOffset(self) -> dict[str, Any]:
         return self.core.initial_offset()
@@ -110,14 +122,16 @@ class LonnymqStreamReader(ds.DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BatchSlicePartition]:
         return [BatchSlicePartition(p) for p in self.core.partitions(start, end)]
 
-    def read(self, partition: BatchSlicePartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: ds.InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, BatchSlicePartition)
         return _stream.read_slice(self.opts, partition.part)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.core.commit(end)
 
     def stop(self) -> None:
-        self.core.stop()
+        if self._core is not None:
+            self._core.stop()
 
 
 # --- batch and streaming write --------------------------------------------------------------
