@@ -1,0 +1,146 @@
+"""Fault 2: the database crashes (``pg_ctl stop -m immediate``) in the middle of producing
+and consuming, twice, on a private cluster.
+
+A producer thread (one ``Queue``, one create per transaction) records every id whose create
+returned; three ``Worker`` processes consume. Channels retain completed messages, so a
+complete that committed is a row in the archive. After each restart:
+
+- every create that returned before the crash is completed (archived) or still queued;
+- nothing seen completed before a crash is live again (no resurrection), and nothing is
+  settled twice;
+- the same worker processes and the same producer ``Queue`` carry on by themselves (no
+  restart by the test): work created and completed after the last crash proves it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from lonnymq import Queue
+
+from .conftest import (
+    LimitSampler,
+    OwnCluster,
+    WorkerProcess,
+    archive_outcomes,
+    live_ids,
+    recreate_database,
+    verify,
+    wait_for,
+)
+
+CHANNELS = [f"t{n:02d}" for n in range(20)]
+LIMIT = 2
+
+
+class Producer(threading.Thread):
+    """Creates messages one transaction at a time until stopped; survives outages."""
+
+    def __init__(self, queue: Queue) -> None:
+        super().__init__(daemon=True, name="producer")
+        self.queue = queue
+        self.acked: list[int] = []  # creates that returned: committed
+        self.in_doubt = 0           # creates that raised: may or may not have committed
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self._stop_event.is_set():
+            n += 1
+            try:
+                result = self.queue.create(
+                    json.dumps({"sleep_ms": n % 4}), channel=CHANNELS[n % len(CHANNELS)]
+                )
+            except psycopg.Error:
+                self.in_doubt += 1
+                self._stop_event.wait(0.1)
+                continue
+            assert result.status == "created" and result.id is not None
+            self.acked.append(result.id)
+            self._stop_event.wait(0.004)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(60)
+
+
+def completed_ids(dsn: str, queue: str) -> set[int]:
+    return {m for m, o in archive_outcomes(dsn, queue).items() if any(x == "completed" for x, _ in o)}
+
+
+def wait_until_up(dsn: str) -> None:
+    def up() -> bool:
+        try:
+            with psycopg.connect(dsn, connect_timeout=2):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    wait_for(up, 60, "the restarted server to accept connections", every=0.2)
+
+
+def test_immediate_shutdown_loses_no_committed_work(
+    own_cluster: OwnCluster, queue_name: str, workers: Callable[..., WorkerProcess]
+) -> None:
+    dsn = recreate_database(own_cluster.admin_dsn, "lonnymq_rel_crash")
+    with Queue(dsn, queue_name, pool_size=3) as queue:
+        for c in CHANNELS:
+            queue.set_channel(c, max_concurrency=LIMIT, retain_completed=True)
+        sampler = LimitSampler(dsn, queue_name)
+        sampler.start()
+        procs = [workers(dsn, queue_name, 4, 2000) for _ in range(3)]
+        pids = [p.pid for p in procs]
+        producer = Producer(queue)
+        producer.start()
+
+        for round_number in (1, 2):
+            time.sleep(3)
+            before = completed_ids(dsn, queue_name)
+            acked_before = list(producer.acked)
+            assert before, f"round {round_number}: nothing was completed before the crash"
+            own_cluster.crash()
+            time.sleep(1)
+            own_cluster.start()
+            wait_until_up(dsn)
+            after = completed_ids(dsn, queue_name)
+            live = live_ids(dsn, queue_name)
+            # Durable: what was completed stays completed, and never comes back to life.
+            assert before <= after, f"round {round_number}: completions lost: {sorted(before - after)[:10]}"
+            assert not (after & live), f"round {round_number}: resurrected: {sorted(after & live)[:10]}"
+            # Every create that returned is still there, one way or the other.
+            missing = set(acked_before) - after - live
+            assert not missing, f"round {round_number}: committed creates lost: {sorted(missing)[:10]}"
+
+        # Carry on after the last restart: producers and workers reconnect by themselves.
+        acked_at_restart = len(producer.acked)
+        done_at_restart = len(completed_ids(dsn, queue_name))
+        wait_for(lambda: len(producer.acked) > acked_at_restart + 50, 40,
+                 "the producer to create again after the restart")
+        producer.stop()
+        acked = set(producer.acked)
+        try:
+            wait_for(lambda: acked <= completed_ids(dsn, queue_name), 60,
+                     "the workers to complete every acknowledged create")
+        finally:
+            sampler.stop()
+        assert all(p.alive() for p in procs), [p.log_text()[-3000:] for p in procs]
+        assert [p.pid for p in procs] == pids and all(p.starts == 1 for p in procs)
+        outcomes = archive_outcomes(dsn, queue_name)
+        assert len(outcomes) > done_at_restart
+        doubles = {m: o for m, o in outcomes.items() if len(o) > 1}
+        assert not doubles, f"settled more than once: {list(doubles.items())[:5]}"
+        # Nothing invented: everything archived or live was created by the producer
+        # (acknowledged, or in doubt because the crash cut off the answer).
+        extra = (set(outcomes) | live_ids(dsn, queue_name)) - acked
+        assert len(extra) <= producer.in_doubt
+        assert verify(dsn) == []
+        assert sampler.violations == [], sampler.violations[:10]
+        exit_codes = [p.terminate() for p in procs]
+        assert exit_codes == [0, 0, 0]
+        print(f"\n{len(acked)} acknowledged creates, {producer.in_doubt} in doubt, "
+              f"{len(outcomes)} completed, 2 crashes")
