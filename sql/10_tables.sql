@@ -81,10 +81,14 @@ CREATE TABLE lonnymq.message (
 ALTER SEQUENCE lonnymq.message_id_seq OWNED BY lonnymq.message.id;
 COMMENT ON TABLE lonnymq.message IS 'Live messages; read them through the lonnymq.messages view.';
 
--- Unlocked messages in (dequeue_ms, id) order per channel; channel_id NULL
--- serves the queue's channel-less messages with the same probe.
+-- Unlocked messages in (dequeue_ms, id) order per channel.
 CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, channel_id, dequeue_ms, id)
-    WHERE locked_until_ms IS NULL;
+    WHERE locked_until_ms IS NULL AND channel_id IS NOT NULL;
+-- Unlocked channel-less messages in (dequeue_ms, id) order. A separate index:
+-- "channel_id IS NULL" does not fix a column for ordering purposes, so the
+-- index above cannot return them in order and the planner would sort them all.
+CREATE INDEX message_free_idx ON lonnymq.message (queue_id, dequeue_ms, id)
+    WHERE locked_until_ms IS NULL AND channel_id IS NULL;
 -- Locked messages by expiry: the recovery probe of every dequeue.
 CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, id)
     WHERE locked_until_ms IS NOT NULL;
