@@ -115,8 +115,24 @@ def test_locks_outlive_a_slow_batch(
     enqueue(db, queue_name, 20)
     seen = _seen_table(db, queue_name)
 
+    held: list[bool] = []
+
     def slow(df: Any, batch_id: int) -> None:
+        ids = [r.id for r in df.select("id").collect()]
         time.sleep(3.5)  # lock_ms is 1 s: only heartbeats keep the messages ours
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT bool_and(locked_until > clock_timestamp()) FROM lonnymq.messages"
+                " WHERE id = ANY(%s)",
+                (ids,),
+            ).fetchone()
+            held.append(bool(row and row[0]))
+            # A competing consumer finds nothing to take from under the slow batch.
+            with conn.transaction(force_rollback=True):
+                stolen = conn.execute(
+                    "SELECT count(*) FROM lonnymq.message_dequeue(%s, 1000, 100)", (queue_name,)
+                ).fetchone()
+            held.append(stolen == (0,))
         _record(dsn, seen, df, batch_id)
 
     query = (
@@ -131,6 +147,7 @@ def test_locks_outlive_a_slow_batch(
         query.stop()
     rows = db.execute(f"SELECT id, num_attempts FROM {seen}").fetchall()
     assert len(rows) == 20 and {r[1] for r in rows} == {1}  # never redelivered
+    assert held and all(held)
 
 
 @pytest.mark.timeout(300)
