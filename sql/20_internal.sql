@@ -292,6 +292,24 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
 
+-- The channel of a message being settled, read under the channel's shared
+-- advisory lock (taken here, held until commit), so its policy cannot change
+-- before the settle commits. The caller holds the message row lock.
+CREATE FUNCTION lonnymq._channel_of_settle(p_message lonnymq.message) RETURNS lonnymq.channel
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+BEGIN
+    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+    PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
+    -- Read again under the lock: a policy change that committed meanwhile shows.
+    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+    RETURN v_channel;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_of_settle(lonnymq.message) IS 'Channel of a settle, under its shared lock.';
+
 -- Removes a locked message and, for an accounted channel, gives its slot
 -- back (complete, fail, dead-letter). The caller holds the message row lock;
 -- this takes the channel's shared advisory lock and, if accounted, its row:
@@ -304,10 +322,7 @@ DECLARE
     v_accounted boolean := false;
 BEGIN
     IF p_message.channel_id IS NOT NULL THEN
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
-        PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
-        -- Read the policy again under the lock: it cannot change until commit.
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+        v_channel := lonnymq._channel_of_settle(p_message);
         v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                           v_channel.max_size);
         IF v_accounted THEN

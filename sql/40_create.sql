@@ -36,6 +36,19 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Validates message arguments.';
 
+-- The id of the live message with this dedup key in the queue, if any.
+CREATE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_dedup_key IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT m.id FROM lonnymq.message m WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message holding a dedup key.';
+
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
 -- Locks taken: the channel's advisory lock (shared) and, for channels with a
@@ -65,15 +78,9 @@ BEGIN
             -- so the limit errs on the side of refusing.
             SELECT c.removed_count INTO v_removed FROM lonnymq.channel c WHERE c.id = v_channel.id;
             IF v_admitted - v_removed >= v_channel.max_size THEN
-                IF p_dedup_key IS NOT NULL THEN
-                    SELECT m.id INTO id FROM lonnymq.message m
-                    WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key;
-                    IF id IS NOT NULL THEN
-                        status := 'deduplicated';
-                        RETURN;
-                    END IF;
-                END IF;
-                status := 'dropped';
+                -- Full, but a live duplicate is still reported as such.
+                id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
+                status := CASE WHEN id IS NULL THEN 'dropped' ELSE 'deduplicated' END;
                 RETURN;
             END IF;
         END IF;
@@ -86,8 +93,7 @@ BEGIN
         ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING m.id INTO id;
         EXIT WHEN id IS NOT NULL;
-        SELECT m.id INTO id FROM lonnymq.message m
-        WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key;
+        id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;

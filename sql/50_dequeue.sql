@@ -24,6 +24,23 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._delivery(lonnymq.message, text, boolean) IS 'A dequeue result row.';
 
+-- Delivers a message the caller has locked: the next attempt, locked until
+-- p_locked_until_ms. Returns the updated row.
+CREATE FUNCTION lonnymq._claim(p_id bigint, p_locked_until_ms bigint) RETURNS lonnymq.message
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_message lonnymq.message;
+BEGIN
+    UPDATE lonnymq.message m
+    SET num_attempts = m.num_attempts + 1, locked_until_ms = p_locked_until_ms
+    WHERE m.id = p_id
+    RETURNING m.* INTO v_message;
+    RETURN v_message;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._claim(bigint, bigint) IS 'Locks a message for its next delivery.';
+
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
 -- like max_messages single dequeues in a row (SPEC 3.13).
 CREATE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
@@ -102,11 +119,7 @@ BEGIN
                 v_message := NULL;
                 CONTINUE;
             END IF;
-            UPDATE lonnymq.message m
-            SET num_attempts = m.num_attempts + 1,
-                locked_until_ms = v_now_ms + message_dequeue.lock_ms
-            WHERE m.id = v_message.id
-            RETURNING m.* INTO v_message;
+            v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
             RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, true);
             v_delivered := v_delivered + 1;
             v_message := NULL;
@@ -203,11 +216,7 @@ BEGIN
                 v_message := NULL;
                 CONTINUE;
             END IF;
-            UPDATE lonnymq.message m
-            SET num_attempts = m.num_attempts + 1,
-                locked_until_ms = v_now_ms + message_dequeue.lock_ms
-            WHERE m.id = v_message.id
-            RETURNING m.* INTO v_message;
+            v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
             IF v_exclusive THEN
                 -- Messages others are taking right now still look unlocked here,
                 -- which only makes the head early: safe.
@@ -234,22 +243,18 @@ BEGIN
         IF v_free_ms IS NULL THEN
             EXIT;  -- nothing ready anywhere
         END IF;
-        UPDATE lonnymq.message m
-        SET num_attempts = m.num_attempts + 1,
-            locked_until_ms = v_now_ms + message_dequeue.lock_ms
-        WHERE m.id = (
-            SELECT f.id FROM lonnymq.message f
-            WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
-              AND f.dequeue_ms <= v_now_ms
-            ORDER BY f.dequeue_ms, f.id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED)
-        RETURNING m.* INTO v_message;
+        SELECT f.* INTO v_message FROM lonnymq.message f
+        WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
+          AND f.dequeue_ms <= v_now_ms
+        ORDER BY f.dequeue_ms, f.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
         IF v_message.id IS NULL THEN
             -- Every ready channel-less message is being claimed by others.
             v_free_exhausted := true;
             CONTINUE;
         END IF;
+        v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
         IF v_has_channels THEN
             -- Record the turn only when channels compete for it, and only if
             -- the queue row is free: channel-less traffic never queues on it.

@@ -136,9 +136,7 @@ BEGIN
         state = coalesce(message_defer.state, m.state)
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = (v_lock.p_message).channel_id;
-        PERFORM lonnymq._channel_share((v_lock.p_message).queue_id, v_channel.name, true);
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = (v_lock.p_message).channel_id;
+        v_channel := lonnymq._channel_of_settle(v_lock.p_message);
         IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
             -- The slot must be returned under the row lock anyway, so move
             -- the head here too: no hint needed.
@@ -232,10 +230,10 @@ BEGIN
     -- The channel head may now be early; dequeue corrects an early head when
     -- it meets it. Only a capacity count needs the channel row.
     IF v_message.channel_id IS NOT NULL THEN
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
-        PERFORM lonnymq._channel_share(v_message.queue_id, v_channel.name, true);
-        UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1
-        WHERE c.id = v_message.channel_id AND c.max_size IS NOT NULL;
+        v_channel := lonnymq._channel_of_settle(v_message);
+        IF v_channel.max_size IS NOT NULL THEN
+            UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1 WHERE c.id = v_channel.id;
+        END IF;
     END IF;
     DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
     RETURN 'cancelled';
