@@ -105,3 +105,15 @@ def test_options_are_checked() -> None:
         Options.parse({"dsn": "x", "max_messages_per_batch": "0"})
     o = Options.parse({"DSN": "x", "Queue": "q", "lock_ms": "3000"})
     assert (o.queue, o.heartbeat_ms, o.table) == ("q", 1000, "message")
+
+
+def test_timestamp_ntz_is_taken_as_utc() -> None:
+    import datetime as dt
+
+    mapping = ColumnMapping(None, "content", STRING, "at", None)
+    batch = pa.record_batch(
+        [pa.array(["x"]), pa.array([dt.datetime(2030, 1, 2, 3, 4, 5)], pa.timestamp("us"))],
+        names=["content", "at"],
+    )
+    (chunk,) = _write.arrow_chunks([batch], mapping)
+    assert chunk[2] == [dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)]

@@ -19,6 +19,7 @@ finds the marker and creates nothing; a write (or micro-batch) whose job row exi
 
 from __future__ import annotations
 
+import datetime
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
@@ -99,9 +100,16 @@ def arrow_chunks(batches: Iterable[Any], mapping: ColumnMapping) -> Iterator[Chu
         yield (
             column(mapping.channel),
             contents,
-            column(mapping.dequeue_at),
+            _aware(column(mapping.dequeue_at)),
             column(mapping.dedup_key),
         )
+
+
+def _aware(values: list[Any]) -> list[Any]:
+    """TimestampNTZ columns arrive as naive datetimes: they are taken as UTC."""
+    return [
+        v.replace(tzinfo=datetime.UTC) if v is not None and v.tzinfo is None else v for v in values
+    ]
 
 
 def row_chunks(rows: Iterable[Any], mapping: ColumnMapping, size: int = 10_000) -> Iterator[Chunk]:
@@ -111,7 +119,7 @@ def row_chunks(rows: Iterable[Any], mapping: ColumnMapping, size: int = 10_000) 
     for row in rows:
         chunk[0].append(None if mapping.channel is None else row[mapping.channel])
         chunk[1].append(encode(row[mapping.content]))
-        chunk[2].append(None if mapping.dequeue_at is None else row[mapping.dequeue_at])
+        chunk[2].extend(_aware([None if mapping.dequeue_at is None else row[mapping.dequeue_at]]))
         chunk[3].append(None if mapping.dedup_key is None else row[mapping.dedup_key])
         if len(chunk[1]) >= size:
             yield chunk
