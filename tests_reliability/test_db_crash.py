@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 
 import psycopg
-
 from lonnymq import Queue
 
 from .conftest import (

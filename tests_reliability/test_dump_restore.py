@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-
 from lonnymq import Queue
+from psycopg import sql
 
 from .conftest import ADMIN_DSN, PGBIN, drop_database, dsn_for, recreate_database, verify
 from .test_security import ensure_role, fingerprint

@@ -14,7 +14,6 @@ import time
 
 import psycopg
 import pytest
-
 from lonnymq import Message, Queue, Worker
 
 from .conftest import LimitSampler, archive_outcomes, live_ids, verify, wait_for

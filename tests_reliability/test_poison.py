@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 
 import psycopg
-
 from lonnymq import Queue
 
 from .conftest import WorkerProcess, archive_outcomes, live_ids, verify

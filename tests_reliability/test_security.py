@@ -19,7 +19,6 @@ Dump and restore are in test_dump_restore.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -30,9 +29,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-
 from lonnymq import Backoff, Message, Queue, Retry, Worker
+from psycopg import sql
 
 from .conftest import (
     ADMIN_DSN,
