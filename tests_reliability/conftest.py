@@ -115,9 +115,11 @@ def shared_db(request: pytest.FixtureRequest) -> Iterator[str]:
 class WorkerProcess:
     """One ``python -m tests_reliability.worker_main`` process; stderr goes to a log file."""
 
-    def __init__(self, dsn: str, queue: str, concurrency: int, lock_ms: int, log_dir: Path) -> None:
+    def __init__(self, dsn: str, queue: str, concurrency: int, lock_ms: int, log_dir: Path,
+                 mode: str = "sync") -> None:
+        self.mode = mode
         self.args = [sys.executable, "-m", "tests_reliability.worker_main", dsn, queue,
-                     str(concurrency), str(lock_ms)]
+                     str(concurrency), str(lock_ms), mode]
         self.log_dir = log_dir
         self.starts = 0
         self.process: subprocess.Popen[str] | None = None
@@ -168,8 +170,10 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Starts worker processes; whatever is still running at the end is killed."""
     started: list[WorkerProcess] = []
 
-    def start(dsn: str, queue: str, concurrency: int = 4, lock_ms: int = 2000) -> WorkerProcess:
-        w = WorkerProcess(dsn, queue, concurrency, lock_ms, tmp_path)
+    def start(dsn: str, queue: str, concurrency: int = 4, lock_ms: int = 2000,
+              mode: str = "sync") -> WorkerProcess:
+        """A worker process: ``mode`` "sync" runs ``Worker``, "async" runs ``AsyncWorker``."""
+        w = WorkerProcess(dsn, queue, concurrency, lock_ms, tmp_path, mode)
         started.append(w)
         return w
 

@@ -1,6 +1,7 @@
 """Fault 3: ``pg_terminate_backend`` on the workers' connections, at random.
 
-Three ``Worker`` processes tag their connections with an application_name; while they drain
+Three worker processes (two ``Worker``, one ``AsyncWorker``) tag their connections with an
+application_name; while they drain
 the queue the test terminates a random one of those backends (pooled, LISTEN, mid-dequeue or
 mid-complete) every 100-400 ms for 12 s. The workers must recover by themselves (same processes) and
 every message must be settled exactly once: one archive row per message, nothing live,
@@ -57,7 +58,7 @@ def test_terminated_backends_lose_and_double_nothing(
 
     sampler = LimitSampler(shared_db, queue_name)
     sampler.start()
-    procs = [workers(worker_dsn, queue_name, 4, 1500) for _ in range(3)]
+    procs = [workers(worker_dsn, queue_name, 4, 1500, mode) for mode in ("sync", "sync", "async")]
     pids = [p.pid for p in procs]
     terminated = 0
     settled = lambda: len(archive_outcomes(shared_db, queue_name))  # noqa: E731

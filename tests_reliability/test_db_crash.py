@@ -2,7 +2,7 @@
 and consuming, twice, on a private cluster.
 
 A producer thread (one ``Queue``, one create per transaction) records every id whose create
-returned; three ``Worker`` processes consume. Channels retain completed messages, so a
+returned; three worker processes (two ``Worker``, one ``AsyncWorker``) consume. Channels retain completed messages, so a
 complete that committed is a row in the archive. After each restart:
 
 - every create that returned before the crash is completed (archived) or still queued;
@@ -92,7 +92,7 @@ def test_immediate_shutdown_loses_no_committed_work(
             queue.set_channel(c, max_concurrency=LIMIT, retain_completed=True)
         sampler = LimitSampler(dsn, queue_name)
         sampler.start()
-        procs = [workers(dsn, queue_name, 4, 2000) for _ in range(3)]
+        procs = [workers(dsn, queue_name, 4, 2000, mode) for mode in ("sync", "sync", "async")]
         pids = [p.pid for p in procs]
         producer = Producer(queue)
         producer.start()

@@ -2,9 +2,9 @@
 
 Its channel has ``max_attempts`` 3 and ``max_concurrency`` 2: while the poison's expired
 lock is outstanding it holds one slot (by design: a channel limited to 1 is blocked until
-the poison is given up, 3 lock periods), and the other slot must keep serving the channel. Worker processes
-that die are restarted by the test, like a supervisor would. The poison must kill exactly
-three processes and then be dead-lettered (``dead`` in the archive after 3 attempts), and
+the poison is given up, 3 lock periods), and the other slot must keep serving the channel.
+Worker processes (one ``Worker``, one ``AsyncWorker``) that die are restarted by the test,
+like a supervisor would. The poison must kill exactly three processes and then be dead-lettered (``dead`` in the archive after 3 attempts), and
 the rest of its channel (and another channel) must keep flowing meanwhile: every other
 message completed exactly once, some of them before the poison was given up.
 """
@@ -35,7 +35,7 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
         other = queue.create_batch([json.dumps({"sleep_ms": 40})] * 40, channel="other")
         created = {r.id for r in before + after + other} | {poison}
 
-    procs = [workers(shared_db, queue_name, 1, LOCK_MS) for _ in range(2)]
+    procs = [workers(shared_db, queue_name, 1, LOCK_MS, mode) for mode in ("sync", "async")]
     deaths: list[int | None] = []
     deadline = time.monotonic() + 60
     while len(archive_outcomes(shared_db, queue_name)) < len(created) and time.monotonic() < deadline:

@@ -1,6 +1,6 @@
 """Fault 1: worker processes are SIGKILLed every couple of seconds and restarted.
 
-Real ``lonnymq.Worker`` processes drain N_MESSAGES messages on 50 channels with
+Real worker processes (two ``Worker``, two ``AsyncWorker``) drain N_MESSAGES messages on 50 channels with
 ``max_concurrency`` 2 (five also with ``max_attempts`` 1) while one of them is
 killed with SIGKILL and restarted every ~2 s. Every channel retains completed messages, so
 the archive is the exact record of what was settled: each message must end there exactly
@@ -12,6 +12,7 @@ see a channel with more locked messages than its limit.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -21,8 +22,8 @@ from lonnymq import Queue
 
 from .conftest import LimitSampler, WorkerProcess, archive_outcomes, live_ids, verify, wait_for
 
-# As in the issue: about 70 s on 2 cores, with ~30 kills.
-N_MESSAGES = 20_000
+# The issue says 20k; 12k keeps this test near 70 s on 2 cores (~25 kills). LONNYMQ_KILL_MESSAGES overrides.
+N_MESSAGES = int(os.environ.get("LONNYMQ_KILL_MESSAGES", "12000"))
 N_CHANNELS = 50
 LIMIT = 2
 # max_attempts 1: a message in hand when its worker is killed is dead-lettered.
@@ -59,12 +60,13 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
         produce(N_MESSAGES // 2)
         sampler = LimitSampler(shared_db, queue_name, period=0.05)
         sampler.start()
-        procs = [workers(shared_db, queue_name, CONCURRENCY, LOCK_MS) for _ in range(N_WORKERS)]
+        procs = [workers(shared_db, queue_name, CONCURRENCY, LOCK_MS, "async" if n % 2 else "sync")
+                 for n in range(N_WORKERS)]
         producer = threading.Thread(target=produce, args=(N_MESSAGES - N_MESSAGES // 2,))
         producer.start()
 
         kills = 0
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 180
         settled = lambda: len(archive_outcomes(shared_db, queue_name))  # noqa: E731
         next_kill = time.monotonic() + KILL_EVERY_S
         while time.monotonic() < deadline:

@@ -1,6 +1,8 @@
 """A worker process for the reliability tests: the real ``lonnymq.Worker`` over one queue.
 
-Usage: python -m tests_reliability.worker_main DSN QUEUE CONCURRENCY LOCK_MS
+Usage: python -m tests_reliability.worker_main DSN QUEUE CONCURRENCY LOCK_MS [sync|async]
+
+(``async`` runs the same handler under ``AsyncWorker`` and ``AsyncQueue``.)
 
 Message content is JSON that tells the handler what to do, so a test decides each message's
 fate when it creates it: ``{"sleep_ms": 5}`` sleeps, ``{"crash": true}`` kills the whole
@@ -10,35 +12,62 @@ completes at once. Runs until SIGTERM (graceful) or SIGKILL.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import sys
 import time
+from typing import Any
 
-from lonnymq import Message, Queue, Worker
+from lonnymq import AsyncMessage, AsyncQueue, AsyncWorker, Message, Queue, Worker
+
+
+def job_of(content: bytes) -> dict[str, Any]:
+    try:
+        job = json.loads(content)
+    except ValueError:
+        return {}
+    if not isinstance(job, dict):
+        return {}
+    if job.get("crash"):
+        os._exit(3)  # a poison message: the process dies with the message in hand
+    return job
 
 
 def handler(message: Message) -> None:
-    try:
-        job = json.loads(message.content)
-    except ValueError:
-        return
-    if not isinstance(job, dict):
-        return
-    if job.get("crash"):
-        os._exit(3)  # a poison message: the process dies with the message in hand
+    job = job_of(message.content)
     if job.get("sleep_ms"):
         time.sleep(job["sleep_ms"] / 1000)
     if job.get("raise"):
         raise RuntimeError("asked to fail")
 
 
+async def async_handler(message: AsyncMessage) -> None:
+    job = job_of(message.content)
+    if job.get("sleep_ms"):
+        await asyncio.sleep(job["sleep_ms"] / 1000)
+    if job.get("raise"):
+        raise RuntimeError("asked to fail")
+
+
+async def run_async(dsn: str, queue_name: str, concurrency: int, lock_ms: int) -> None:
+    async with AsyncQueue(dsn, queue_name, pool_size=concurrency + 3) as queue:
+        worker = AsyncWorker(queue, async_handler, concurrency=concurrency, lock_ms=lock_ms,
+                             max_sleep_ms=500)
+        await worker.run()
+        print(json.dumps(worker.counts), flush=True)
+
+
 def main() -> None:
     dsn, queue_name, concurrency, lock_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    mode = sys.argv[5] if len(sys.argv) > 5 else "sync"
     logging.basicConfig(
-        level=logging.WARNING, format=f"%(asctime)s worker {os.getpid()} %(levelname)s %(message)s"
+        level=logging.WARNING, format=f"%(asctime)s {mode} worker {os.getpid()} %(levelname)s %(message)s"
     )
+    if mode == "async":
+        asyncio.run(run_async(dsn, queue_name, concurrency, lock_ms))
+        return
     with Queue(dsn, queue_name, pool_size=concurrency + 3) as queue:
         worker = Worker(queue, handler, concurrency=concurrency, lock_ms=lock_ms, max_sleep_ms=500)
         worker.run()
