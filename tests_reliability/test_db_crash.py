@@ -6,6 +6,8 @@ returned; three worker processes (two ``Worker``, one ``AsyncWorker``) consume. 
 complete that committed is a row in the archive. After each restart:
 
 - every create that returned before the crash is completed (archived) or still queued;
+- a batch create whose answer the crash cut off, retried with its idempotency key, is
+  created exactly once (all of it or none of it before the retry);
 - nothing seen completed before a crash is live again (no resurrection), and nothing is
   settled twice;
 - the same worker processes and the same producer ``Queue`` carry on by themselves (no
@@ -38,29 +40,50 @@ LIMIT = 2
 
 
 class Producer(threading.Thread):
-    """Creates messages one transaction at a time until stopped; survives outages."""
+    """Creates messages until stopped and survives outages: single creates (one transaction
+    each) alternate with batches of 5 under an idempotency key. A batch whose answer was
+    lost is retried with the same key until it gets one, so every batch ends known."""
 
     def __init__(self, queue: Queue) -> None:
         super().__init__(daemon=True, name="producer")
         self.queue = queue
         self.acked: list[int] = []  # creates that returned: committed
-        self.in_doubt = 0           # creates that raised: may or may not have committed
+        self.in_doubt = 0           # single creates that raised: may or may not have committed
+        self.batches_resolved = 0   # batch retries answered duplicate_batch: the lost answer was a commit
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         n = 0
         while not self._stop_event.is_set():
             n += 1
-            try:
-                result = self.queue.create(
-                    json.dumps({"sleep_ms": n % 4}), channel=CHANNELS[n % len(CHANNELS)]
-                )
-            except psycopg.Error:
-                self.in_doubt += 1
-                self._stop_event.wait(0.1)
-                continue
-            assert result.status == "created" and result.id is not None
-            self.acked.append(result.id)
+            channel = CHANNELS[n % len(CHANNELS)]
+            if n % 2:
+                try:
+                    result = self.queue.create(json.dumps({"sleep_ms": n % 4}), channel=channel)
+                except psycopg.Error:
+                    self.in_doubt += 1
+                    self._stop_event.wait(0.1)
+                    continue
+                assert result.status == "created" and result.id is not None
+                self.acked.append(result.id)
+            else:
+                retried = False
+                while True:
+                    try:
+                        results = self.queue.create_batch(
+                            [json.dumps({"sleep_ms": 1})] * 5, channel=channel, idempotency_key=f"batch-{n}"
+                        )
+                        break
+                    except psycopg.Error:
+                        retried = True
+                        time.sleep(0.1)  # even when stopping: the batch must end known
+                statuses = {r.status for r in results}
+                assert statuses in ({"created"}, {"duplicate_batch"}), statuses
+                if statuses == {"duplicate_batch"}:
+                    assert retried
+                    self.batches_resolved += 1
+                assert all(r.id is not None for r in results)
+                self.acked.extend(r.id for r in results if r.id is not None)
             self._stop_event.wait(0.004)
 
     def stop(self) -> None:
@@ -122,6 +145,7 @@ def test_immediate_shutdown_loses_no_committed_work(
                  "the producer to create again after the restart")
         producer.stop()
         acked = set(producer.acked)
+        assert len(acked) == len(producer.acked), "an id was acknowledged twice"
         try:
             wait_for(lambda: acked <= completed_ids(dsn, queue_name), 60,
                      "the workers to complete every acknowledged create")
@@ -142,4 +166,5 @@ def test_immediate_shutdown_loses_no_committed_work(
         exit_codes = [p.terminate() for p in procs]
         assert exit_codes == [0, 0, 0]
         print(f"\n{len(acked)} acknowledged creates, {producer.in_doubt} in doubt, "
+              f"{producer.batches_resolved} batches resolved by their idempotency key, "
               f"{len(outcomes)} completed, 2 crashes")
