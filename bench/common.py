@@ -89,7 +89,7 @@ def machine() -> dict[str, Any]:
     with connect() as conn:
         server = conn.execute("SELECT version()").fetchone()[0]
         settings = dict(conn.execute(
-            "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name IN "
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name IN "
             "('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_buffers', 'fsync', "
             "'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'autovacuum_naptime')"
         ).fetchall())
