@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -105,6 +108,55 @@ def test_source_killed_and_restarted_from_checkpoint_loses_nothing(
         f"SELECT max(n) FROM (SELECT count(*) n FROM {seen} GROUP BY batch_id) s"
     ).fetchone()
     assert sizes == (50,)
+    assert db.execute("SELECT count(*) FROM lonnymq_spark.stream_delivery").fetchone() == (0,)
+
+
+@pytest.mark.timeout(300)
+def test_driver_killed_with_sigkill_and_restarted_loses_nothing(
+    spark: Any, dsn: str, queue_name: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    ids = enqueue(db, queue_name, 200)
+    seen = _seen_table(db, queue_name)
+    checkpoint = str(tmp_path / "checkpoint")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(__file__), "stream_child.py"),
+            dsn,
+            queue_name,
+            checkpoint,
+            seen,
+        ],
+        start_new_session=True,  # its JVM and Python workers share its process group
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def progressed() -> bool:
+            assert child.poll() is None, "the streaming child exited early"
+            row = db.execute(f"SELECT count(*) FROM {seen}").fetchone()
+            return row is not None and row[0] >= 40
+
+        _wait(progressed, 150, "the child query to process 2 batches")
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # driver, JVM and workers at once: no cleanup
+        child.wait(30)
+    assert count_live(db, queue_name) > 0
+
+    query = (
+        _source(spark, dsn, queue_name, max_messages_per_batch=20)
+        .writeStream.foreachBatch(lambda df, batch_id: _record(dsn, seen, df, batch_id))
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        _wait(lambda: count_live(db, queue_name) == 0, 100, "the queue to drain", query)
+    finally:
+        query.stop()
+    # At-least-once: every message reached the sink (a batch cut by the kill may twice).
+    assert {r[0] for r in db.execute(f"SELECT id FROM {seen}").fetchall()} == set(ids)
     assert db.execute("SELECT count(*) FROM lonnymq_spark.stream_delivery").fetchone() == (0,)
 
 
