@@ -70,6 +70,7 @@ def spark_session() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("lonnymq-example")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )

@@ -194,6 +194,7 @@ def main() -> None:
         SparkSession.builder.master("local[2]")
         .appName("lonnymq-spark-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )

@@ -51,6 +51,7 @@ def spark() -> Iterator[Any]:
         SparkSession.builder.master("local[2,3]")
         .appName("lonnymq-spark-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         # Small Arrow batches: a partition is written in several chunks, as big ones are.

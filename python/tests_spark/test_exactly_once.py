@@ -117,3 +117,21 @@ def test_timestamp_ntz_is_taken_as_utc() -> None:
     )
     (chunk,) = _write.arrow_chunks([batch], mapping)
     assert chunk[2] == [dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)]
+
+
+def test_arrow_batches_larger_than_chunk_rows_are_split(
+    opts: Options, queue_name: str, db: psycopg.Connection[Any]
+) -> None:
+    rows = range(1000)
+    batch = pa.record_batch(
+        [pa.array([f"t{i % 3}" for i in rows]), pa.array([f"m{i}" for i in rows])],
+        names=["channel", "content"],
+    )
+    result = _write.write_partition(opts, MAPPING, "auto:t4", _write.arrow_chunks([batch], MAPPING))
+    assert (result.rows, result.created) == (1000, 1000)  # in chunks of at most 150
+    order = db.execute(
+        "SELECT array_agg(convert_from(content, 'UTF8') ORDER BY id) FROM lonnymq.messages"
+        " WHERE queue = %s",
+        (queue_name,),
+    ).fetchone()
+    assert order is not None and order[0] == [f"m{i}" for i in rows]  # input order kept

@@ -20,6 +20,7 @@ finds the marker and creates nothing; a write (or micro-batch) whose job row exi
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
@@ -189,23 +190,31 @@ def write_partition(
             conn.execute(f"TRUNCATE {_STAGE}")
             staged = 0
 
-        chunk: Chunk | None = first
-        while chunk is not None:
-            channels, contents, dequeue_ats, dedup_keys = chunk
+        def stage(
+            channels: list[Any], contents: list[Any], ats: list[Any], keys: list[Any]
+        ) -> None:
+            nonlocal staged
             with conn.cursor().copy(
                 f"COPY {_STAGE} (ord, channel, content, dequeue_at, dedup_key)"
                 " FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.set_types(["bigint", "text", "bytea", "timestamptz", "text"])
                 for i in range(len(contents)):
-                    copy.write_row(
-                        (result.rows + i, channels[i], contents[i], dequeue_ats[i], dedup_keys[i])
-                    )
+                    copy.write_row((result.rows + i, channels[i], contents[i], ats[i], keys[i]))
             result.rows += len(contents)
             staged += len(contents)
-            if staged >= opts.chunk_rows:
-                flush()
-            chunk = next(chunks, None)
+
+        # Never more than chunk_rows per message_create_batch call, whatever the Arrow
+        # batch size: the function takes at most 100000 elements.
+        size = opts.chunk_rows
+        for chunk in itertools.chain([first], chunks):
+            for low in range(0, len(chunk[1]), size):
+                piece = [column[low : low + size] for column in chunk]
+                if staged and staged + len(piece[1]) > size:
+                    flush()
+                stage(*piece)
+                if staged >= size:
+                    flush()
         if staged:
             flush()
         conn.execute(
