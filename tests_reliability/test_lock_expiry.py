@@ -68,13 +68,13 @@ N_SLOW = 12
 
 
 def test_workers_without_heartbeats_settle_each_message_once(shared_db: str, queue_name: str) -> None:
-    """A slow first attempt sleeps three lock periods (raising afterwards for half of them:
+    """A slow first attempt sleeps four lock periods (raising afterwards for half of them:
     a stale defer); another worker gets the message meanwhile and settles it."""
 
     def handler(message: Message) -> None:
         job = json.loads(message.content)
         if job["slow"] and message.num_attempts == 1:
-            time.sleep(3 * LOCK_MS / 1000)
+            time.sleep(4 * LOCK_MS / 1000)
             if job["raise"]:
                 raise RuntimeError("too late anyway")
         else:
@@ -126,7 +126,9 @@ def test_workers_without_heartbeats_settle_each_message_once(shared_db: str, que
     # test_worker_gets_back_its_own_expired_message below.)
     assert sum(w.counts["completed"] for w in runners) == len(created)
     assert 1 <= sum(w.counts["refused"] for w in runners) <= len(redelivered)
-    assert sum(w.counts["deferred"] + w.counts["failed"] for w in runners) == 0
+    # (A slow attempt that raises is normally stale by then: its defer is refused. Only if no
+    # one took the message meanwhile may that defer go through: no fail either way.)
+    assert sum(w.counts["failed"] for w in runners) == 0
     assert not live_ids(shared_db, queue_name)
     assert verify(shared_db) == []
     assert sampler.violations == [] and sampler.max_locked.get("limited") == 3

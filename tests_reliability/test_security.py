@@ -246,7 +246,7 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
         if kind == "broken":
             raise ValueError("always broken")
         if kind == "slow":
-            time.sleep(1.0)  # outlives several heartbeat periods
+            time.sleep(2.0)  # outlives its lock: kept alive by heartbeats
 
     def remaining() -> int:
         with psycopg.connect(security_db["owner"], autocommit=True) as owner:
@@ -254,7 +254,7 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
         return int(row[0]) if row else -1
 
     with Queue(security_db["consumer"], queue_name, pool_size=6) as q:
-        worker = Worker(q, handler, concurrency=3, lock_ms=600, max_attempts=2, max_sleep_ms=100,
+        worker = Worker(q, handler, concurrency=3, lock_ms=1500, max_attempts=2, max_sleep_ms=100,
                         backoff=Backoff(base_ms=10), handle_signals=False)
         runner = threading.Thread(target=worker.run, daemon=True)
         runner.start()
