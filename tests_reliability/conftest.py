@@ -26,6 +26,8 @@ import pytest
 from psycopg import conninfo, sql
 
 ROOT = Path(__file__).resolve().parent.parent
+# Hypothesis keeps caches in ./.hypothesis unless told otherwise: keep the checkout clean.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/lonnymq-hypothesis")
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
 OWN_PGDATA = ROOT / ".pgdata-reliability"
