@@ -135,3 +135,17 @@ def test_arrow_batches_larger_than_chunk_rows_are_split(
         (queue_name,),
     ).fetchone()
     assert order is not None and order[0] == [f"m{i}" for i in rows]  # input order kept
+
+
+def test_stream_offsets_of_two_streams_are_refused(opts: Options) -> None:
+    from lonnymq.spark._stream import StreamCore
+
+    core = StreamCore(opts)
+    try:
+        with pytest.raises(RuntimeError, match=r"needs PySpark >= 4\.2"):
+            core.partitions({"stream": "a", "batch": 3}, {"stream": "b", "batch": 1})
+        assert core.initial_offset() == {"batch": 0}
+        # Nothing queued: the start comes back as it was, so Spark sees no new data.
+        assert core.latest_offset({"stream": "b", "batch": 1}, None) == {"stream": "b", "batch": 1}
+    finally:
+        core.stop()

@@ -254,6 +254,13 @@ class StreamCore:
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BatchSlice]:
         stream, last = self._attach(end)
+        if start.get("stream", stream) != stream:
+            # Only when PySpark < 4.2 (latestOffset without a start) restarts a query: the
+            # new batch belongs to another stream. Stop rather than complete unread messages.
+            raise RuntimeError(
+                f"lonnymq stream: batch spans streams {start.get('stream')} and {stream}; "
+                "restarting a query from its checkpoint needs PySpark >= 4.2"
+            )
         first = int(start.get("batch", 0))
         if last <= first:
             return []
