@@ -41,6 +41,21 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a finite timestamp, 22023 otherwise.';
 
+-- Rejects a computed dequeue time (dequeue_at plus delay_ms) beyond the year
+-- 100000: later times would overflow the interval arithmetic of the views.
+CREATE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_dequeue_ms > 3093527980800000 THEN
+        RAISE EXCEPTION 'lonnymq: dequeue_at plus delay_ms must be before the year 100000'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN p_dequeue_ms;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_dequeue_ms(bigint) IS 'A dequeue time the views can show, 22023 otherwise.';
+
 -- Raises the SQLSTATE 22023 error that every invalid argument gets (SPEC 3.11).
 CREATE FUNCTION lonnymq._invalid(p_message text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp

@@ -148,7 +148,7 @@ BEGIN
     SELECT r.status, r.id INTO status, id
     FROM lonnymq._create_one(lonnymq._queue_id(message_create.queue, true), message_create.queue,
                              message_create.channel, message_create.content,
-                             v_base_ms + message_create.delay_ms, message_create.priority,
+                             lonnymq._check_dequeue_ms(v_base_ms + message_create.delay_ms), message_create.priority,
                              message_create.dedup_key, message_create.state, 0, 'created') r;
 END
 $$;
@@ -211,7 +211,8 @@ BEGIN
                                       message_create_batch.dedup_keys[i]);
         PERFORM lonnymq._check_name(message_create_batch.channels[i], 'channels element', true);
         IF message_create_batch.dequeue_ats[i] IS NOT NULL THEN
-            PERFORM lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element');
+            PERFORM lonnymq._check_dequeue_ms(
+                lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element'));
         END IF;
     END LOOP;
 

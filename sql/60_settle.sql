@@ -122,9 +122,10 @@ BEGIN
     IF message_defer.delay_ms IS NULL OR message_defer.delay_ms < 0 OR message_defer.delay_ms > 315576000000000 THEN
         PERFORM lonnymq._invalid('delay_ms must be between 0 and 10000 years');
     END IF;
-    v_dequeue_ms := CASE WHEN message_defer.dequeue_at IS NULL THEN lonnymq._now_ms()
-                         ELSE lonnymq._ms_of(message_defer.dequeue_at, 'dequeue_at') END
-                    + message_defer.delay_ms;
+    v_dequeue_ms := lonnymq._check_dequeue_ms(
+        CASE WHEN message_defer.dequeue_at IS NULL THEN lonnymq._now_ms()
+             ELSE lonnymq._ms_of(message_defer.dequeue_at, 'dequeue_at') END
+        + message_defer.delay_ms);
     v_lock := lonnymq._lock_delivery(message_defer.id, message_defer.num_attempts);
     IF v_lock.p_status IS NOT NULL THEN
         RETURN v_lock.p_status;

@@ -45,6 +45,9 @@ BEGIN
        OR NOT pg_catalog.isfinite(archive_prune.older_than) THEN
         PERFORM lonnymq._invalid('older_than must be a finite interval of 0 or more');
     END IF;
+    IF archive_prune.older_than > '10000 years'::interval THEN
+        RETURN 0;  -- nothing is that old, and now() minus it may not be a timestamp
+    END IF;
     DELETE FROM lonnymq.message_archive a WHERE a.archived_at < pg_catalog.now() - archive_prune.older_than;
     GET DIAGNOSTICS v_removed = ROW_COUNT;
     DELETE FROM lonnymq.batch b WHERE b.created_at < pg_catalog.now() - archive_prune.older_than;

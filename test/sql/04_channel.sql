@@ -84,6 +84,7 @@ SELECT count(*) AS still_archived FROM lonnymq.message_archive WHERE id = :faile
 SELECT count(*) AS archived_now FROM lonnymq.message_archive;
 SELECT lonnymq.archive_prune('1 hour') AS pruned_recent;
 UPDATE lonnymq.message_archive SET archived_at = archived_at - interval '2 hours';  -- test-only aging
+SELECT lonnymq.archive_prune('300000 years') AS nothing_that_old;
 SELECT lonnymq.archive_prune('1 hour') AS pruned_old;
 SELECT count(*) AS archive_left FROM lonnymq.message_archive;
 
