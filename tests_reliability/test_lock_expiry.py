@@ -134,10 +134,6 @@ def test_workers_without_heartbeats_settle_each_message_once(shared_db: str, que
     assert sampler.violations == [] and sampler.max_locked.get("limited") == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (python Worker): in-flight entries are keyed by message "
-                   "id, so a redelivery of a message the worker still holds overwrites the stale "
-                   "entry; the first handler to finish removes it and the other dies with KeyError "
-                   "before settling")
 def test_worker_gets_back_its_own_expired_message(shared_db: str, queue_name: str) -> None:
     """One worker, two slots, no heartbeats: attempt 1 outlives its lock, the same worker
     takes the redelivery (attempt 2) and completes it; attempt 1's late complete must then

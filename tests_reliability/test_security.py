@@ -329,9 +329,6 @@ def test_hostile_search_path_cannot_change_the_sql_api_from_python(hostile_dsn: 
         assert q.wait_hint_ms() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING (python client): the client's own inspection queries "
-                   "(stats, channel_stats, archived, CLI status) compare with an unqualified = and casts "
-                   "to unqualified types, so look-alikes earlier on the caller's search_path are used")
 def test_hostile_search_path_cannot_change_the_client_queries(hostile_dsn: str, queue_name: str) -> None:
     with Queue(hostile_dsn, queue_name, pool_size=2) as q:
         q.create("a", channel="c")

@@ -1,7 +1,8 @@
 """The SQL the clients send, shared by the sync and asyncio twins.
 
 Every call uses named notation (the SPEC §4 parameter names are binding) with explicit casts,
-so NULL arguments resolve to the right types and a renamed parameter fails loudly.
+so NULL arguments resolve to the right types and a renamed parameter fails loudly. Types and
+operators are schema-qualified, so look-alikes on the caller's search_path cannot step in.
 """
 
 from __future__ import annotations
@@ -21,84 +22,84 @@ from .models import (
 # channel_set returns the channel table row: pick the policy columns by name.
 CHANNEL_SET = """
 SELECT name, max_concurrency, release_interval_ms, max_size, max_attempts, retain_completed
-  FROM lonnymq.channel_set(queue => %s::text, channel => %s::text,
-                           max_concurrency => %s::int, release_interval_ms => %s::bigint,
-                           max_size => %s::bigint, max_attempts => %s::int,
-                           retain_completed => %s::boolean)
+  FROM lonnymq.channel_set(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text,
+                           max_concurrency => %s::pg_catalog.int4, release_interval_ms => %s::pg_catalog.int8,
+                           max_size => %s::pg_catalog.int8, max_attempts => %s::pg_catalog.int4,
+                           retain_completed => %s::pg_catalog.bool)
 """
 
-CHANNEL_DELETE = "SELECT lonnymq.channel_delete(queue => %s::text, channel => %s::text)"
+CHANNEL_DELETE = "SELECT lonnymq.channel_delete(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)"
 
 MESSAGE_CREATE = """
 SELECT status, id
-  FROM lonnymq.message_create(queue => %s::text, channel => %s::text, content => %s::bytea,
-                              dequeue_at => %s::timestamptz, delay_ms => %s::bigint,
-                              priority => %s::int, dedup_key => %s::text, state => %s::bytea)
+  FROM lonnymq.message_create(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text, content => %s::pg_catalog.bytea,
+                              dequeue_at => %s::pg_catalog.timestamptz, delay_ms => %s::pg_catalog.int8,
+                              priority => %s::pg_catalog.int4, dedup_key => %s::pg_catalog.text, state => %s::pg_catalog.bytea)
 """
 
 MESSAGE_CREATE_BATCH = """
 SELECT status, id
-  FROM lonnymq.message_create_batch(queue => %s::text, channels => %s::text[],
-                                    contents => %s::bytea[], dequeue_ats => %s::timestamptz[],
-                                    dedup_keys => %s::text[], idempotency_key => %s::text)
+  FROM lonnymq.message_create_batch(queue => %s::pg_catalog.text, channels => %s::pg_catalog.text[],
+                                    contents => %s::pg_catalog.bytea[], dequeue_ats => %s::pg_catalog.timestamptz[],
+                                    dedup_keys => %s::pg_catalog.text[], idempotency_key => %s::pg_catalog.text)
 """
 
 MESSAGE_DEQUEUE = """
 SELECT id, channel, content, state, num_attempts, dequeue_at, recovered
-  FROM lonnymq.message_dequeue(queue => %s::text, lock_ms => %s::bigint,
-                               max_messages => %s::int)
+  FROM lonnymq.message_dequeue(queue => %s::pg_catalog.text, lock_ms => %s::pg_catalog.int8,
+                               max_messages => %s::pg_catalog.int4)
 """
 
-MESSAGE_COMPLETE = "SELECT lonnymq.message_complete(id => %s::bigint, num_attempts => %s::bigint)"
+MESSAGE_COMPLETE = "SELECT lonnymq.message_complete(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8)"
 
 MESSAGE_COMPLETE_BATCH = """
 SELECT id, status
-  FROM lonnymq.message_complete_batch(ids => %s::bigint[], num_attempts => %s::bigint[])
+  FROM lonnymq.message_complete_batch(ids => %s::pg_catalog.int8[], num_attempts => %s::pg_catalog.int8[])
 """
 
 MESSAGE_DEFER = """
-SELECT lonnymq.message_defer(id => %s::bigint, num_attempts => %s::bigint,
-                             dequeue_at => %s::timestamptz, delay_ms => %s::bigint,
-                             state => %s::bytea)
+SELECT lonnymq.message_defer(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8,
+                             dequeue_at => %s::pg_catalog.timestamptz, delay_ms => %s::pg_catalog.int8,
+                             state => %s::pg_catalog.bytea)
 """
 
 MESSAGE_HEARTBEAT = """
-SELECT lonnymq.message_heartbeat(id => %s::bigint, num_attempts => %s::bigint,
-                                 lock_ms => %s::bigint)
+SELECT lonnymq.message_heartbeat(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8,
+                                 lock_ms => %s::pg_catalog.int8)
 """
 
 MESSAGE_FAIL = """
-SELECT lonnymq.message_fail(id => %s::bigint, num_attempts => %s::bigint, error => %s::text)
+SELECT lonnymq.message_fail(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8, error => %s::pg_catalog.text)
 """
 
-MESSAGE_CANCEL = "SELECT lonnymq.message_cancel(id => %s::bigint)"
+MESSAGE_CANCEL = "SELECT lonnymq.message_cancel(id => %s::pg_catalog.int8)"
 
-ARCHIVE_REQUEUE = "SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::bigint)"
+ARCHIVE_REQUEUE = "SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::pg_catalog.int8)"
 
-ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::interval)"
+ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::pg_catalog.interval)"
 
-WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::text)"
+WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::pg_catalog.text)"
 
 VERIFY = "SELECT * FROM lonnymq.verify()"
 
 SCHEDULE_SET = """
-SELECT lonnymq.schedule_set(name => %s::text, cron => %s::text, queue => %s::text,
-                            channel => %s::text, content => %s::bytea)
+SELECT lonnymq.schedule_set(name => %s::pg_catalog.text, cron => %s::pg_catalog.text, queue => %s::pg_catalog.text,
+                            channel => %s::pg_catalog.text, content => %s::pg_catalog.bytea)
 """
 
-SCHEDULE_DELETE = "SELECT lonnymq.schedule_delete(name => %s::text)"
+SCHEDULE_DELETE = "SELECT lonnymq.schedule_delete(name => %s::pg_catalog.text)"
 
 QUEUE_STATS = """
 SELECT queue, channels, ready, scheduled, locked, archived
   FROM lonnymq.queue_stats
- WHERE queue = %s::text
+ WHERE queue OPERATOR(pg_catalog.=) %s::pg_catalog.text
 """
 
 CHANNEL_STATS = """
 SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interval_ms,
        max_size, max_attempts, oldest_ready_ms
   FROM lonnymq.channel_stats
- WHERE queue = %s::text
+ WHERE queue OPERATOR(pg_catalog.=) %s::pg_catalog.text
  ORDER BY channel NULLS FIRST
 """
 
@@ -106,9 +107,9 @@ ARCHIVE_LIST = """
 SELECT id, message_id, queue, channel, content, state, num_attempts, outcome, error,
        created_at, archived_at
   FROM lonnymq.message_archive
- WHERE queue = %s::text AND (%s::text IS NULL OR outcome = %s::text)
+ WHERE queue OPERATOR(pg_catalog.=) %s::pg_catalog.text AND (%s::pg_catalog.text IS NULL OR outcome OPERATOR(pg_catalog.=) %s::pg_catalog.text)
  ORDER BY id DESC
- LIMIT %s::int
+ LIMIT %s::pg_catalog.int4
 """
 
 Row = tuple[Any, ...]

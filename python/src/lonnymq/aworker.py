@@ -59,8 +59,10 @@ class AsyncWorker:
         self.handle_signals = handle_signals
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[AsyncHandler]] = {}
-        self._inflight: dict[int, InFlight[AsyncMessage]] = {}
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        # Keyed by delivery, not message: the same worker may hold an expired
+        # attempt and its redelivery at once.
+        self._inflight: dict[tuple[int, int], InFlight[AsyncMessage]] = {}
+        self._tasks: dict[tuple[int, int], asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self._listening = asyncio.Event()
@@ -152,8 +154,8 @@ class AsyncWorker:
             retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
 
     def _start(self, message: AsyncMessage) -> None:
-        self._inflight[message.id] = InFlight(message)
-        self._tasks[message.id] = asyncio.create_task(
+        self._inflight[(message.id, message.num_attempts)] = InFlight(message)
+        self._tasks[(message.id, message.num_attempts)] = asyncio.create_task(
             self._handle(message), name=f"lonnymq-handler-{message.id}"
         )
 
@@ -179,11 +181,11 @@ class AsyncWorker:
     async def _handle(self, message: AsyncMessage) -> None:
         try:
             outcome = await self._run_handler(message)
-            if not self._inflight[message.id].abandoned:
+            if not self._inflight[(message.id, message.num_attempts)].abandoned:
                 await self._settle(message, outcome)
         finally:
-            self._inflight.pop(message.id, None)
-            self._tasks.pop(message.id, None)
+            self._inflight.pop((message.id, message.num_attempts), None)
+            self._tasks.pop((message.id, message.num_attempts), None)
             self._wake.set()
 
     async def _run_handler(self, message: AsyncMessage) -> _outcome.Outcome:

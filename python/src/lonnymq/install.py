@@ -72,7 +72,7 @@ def install_extension(conn: Connection[Any]) -> str:
     """CREATE EXTENSION lonnymq (the server must have the extension files installed)."""
     conn.execute("CREATE EXTENSION IF NOT EXISTS lonnymq")
     row = conn.execute(
-        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'lonnymq'"
+        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'lonnymq'"
     ).fetchone()
     return str(row[0]) if row else "?"
 
@@ -80,7 +80,7 @@ def install_extension(conn: Connection[Any]) -> str:
 def install_sql_only(conn: Connection[Any]) -> str:
     """Create the lonnymq objects without an extension, in one transaction."""
     exists = conn.execute(
-        "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'lonnymq'"
+        "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'lonnymq'"
     ).fetchone()
     if exists:
         raise LonnymqError("schema lonnymq already exists in this database")

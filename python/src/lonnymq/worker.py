@@ -65,7 +65,9 @@ class Worker:
         self.handle_signals = handle_signals
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[Handler]] = {}
-        self._inflight: dict[int, InFlight[Message]] = {}
+        # Keyed by delivery, not message: the same worker may hold an expired
+        # attempt and its redelivery at once.
+        self._inflight: dict[tuple[int, int], InFlight[Message]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -159,7 +161,7 @@ class Worker:
 
     def _start(self, message: Message) -> None:
         with self._lock:
-            self._inflight[message.id] = InFlight(message)
+            self._inflight[(message.id, message.num_attempts)] = InFlight(message)
         threading.Thread(
             target=self._handle,
             args=(message,),
@@ -173,12 +175,12 @@ class Worker:
         try:
             outcome = self._run_handler(message)
             with self._lock:
-                abandoned = self._inflight[message.id].abandoned
+                abandoned = self._inflight[(message.id, message.num_attempts)].abandoned
             if not abandoned:
                 self._settle(message, outcome)
         finally:
             with self._lock:
-                self._inflight.pop(message.id, None)
+                self._inflight.pop((message.id, message.num_attempts), None)
             self._wake.set()
 
     def _run_handler(self, message: Message) -> _outcome.Outcome:
