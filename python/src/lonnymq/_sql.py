@@ -2,6 +2,7 @@
 
 Every call uses named notation (the SPEC §4 parameter names are binding) with explicit casts,
 so NULL arguments resolve to the right types and a renamed parameter fails loudly. Types and
+operators are schema-qualified, so look-alikes on the caller's search_path cannot step in. Types and
 operators are schema-qualified, so look-alikes on the caller's search_path cannot step in.
 """
 
@@ -22,59 +23,91 @@ from .models import (
 # channel_set returns the channel table row: pick the policy columns by name.
 CHANNEL_SET = """
 SELECT name, max_concurrency, release_interval_ms, max_size, max_attempts, retain_completed
-  FROM lonnymq.channel_set(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text,
-                           max_concurrency => %s::pg_catalog.int4, release_interval_ms => %s::pg_catalog.int8,
-                           max_size => %s::pg_catalog.int8, max_attempts => %s::pg_catalog.int4,
-                           retain_completed => %s::pg_catalog.bool)
+  FROM lonnymq.channel_set(
+       queue => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       max_concurrency => %s::pg_catalog.int4,
+       release_interval_ms => %s::pg_catalog.int8,
+       max_size => %s::pg_catalog.int8,
+       max_attempts => %s::pg_catalog.int4,
+       retain_completed => %s::pg_catalog.bool)
 """
 
-CHANNEL_DELETE = "SELECT lonnymq.channel_delete(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)"
+CHANNEL_DELETE = """
+SELECT lonnymq.channel_delete(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)
+"""
 
 MESSAGE_CREATE = """
 SELECT status, id
-  FROM lonnymq.message_create(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text, content => %s::pg_catalog.bytea,
-                              dequeue_at => %s::pg_catalog.timestamptz, delay_ms => %s::pg_catalog.int8,
-                              priority => %s::pg_catalog.int4, dedup_key => %s::pg_catalog.text, state => %s::pg_catalog.bytea)
+  FROM lonnymq.message_create(
+       queue => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       content => %s::pg_catalog.bytea,
+       dequeue_at => %s::pg_catalog.timestamptz,
+       delay_ms => %s::pg_catalog.int8,
+       priority => %s::pg_catalog.int4,
+       dedup_key => %s::pg_catalog.text,
+       state => %s::pg_catalog.bytea)
 """
 
 MESSAGE_CREATE_BATCH = """
 SELECT status, id
-  FROM lonnymq.message_create_batch(queue => %s::pg_catalog.text, channels => %s::pg_catalog.text[],
-                                    contents => %s::pg_catalog.bytea[], dequeue_ats => %s::pg_catalog.timestamptz[],
-                                    dedup_keys => %s::pg_catalog.text[], idempotency_key => %s::pg_catalog.text)
+  FROM lonnymq.message_create_batch(
+       queue => %s::pg_catalog.text,
+       channels => %s::pg_catalog.text[],
+       contents => %s::pg_catalog.bytea[],
+       dequeue_ats => %s::pg_catalog.timestamptz[],
+       dedup_keys => %s::pg_catalog.text[],
+       idempotency_key => %s::pg_catalog.text)
 """
 
 MESSAGE_DEQUEUE = """
 SELECT id, channel, content, state, num_attempts, dequeue_at, recovered
-  FROM lonnymq.message_dequeue(queue => %s::pg_catalog.text, lock_ms => %s::pg_catalog.int8,
-                               max_messages => %s::pg_catalog.int4)
+  FROM lonnymq.message_dequeue(
+       queue => %s::pg_catalog.text,
+       lock_ms => %s::pg_catalog.int8,
+       max_messages => %s::pg_catalog.int4)
 """
 
-MESSAGE_COMPLETE = "SELECT lonnymq.message_complete(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8)"
+MESSAGE_COMPLETE = """
+SELECT lonnymq.message_complete(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8)
+"""
 
 MESSAGE_COMPLETE_BATCH = """
 SELECT id, status
-  FROM lonnymq.message_complete_batch(ids => %s::pg_catalog.int8[], num_attempts => %s::pg_catalog.int8[])
+  FROM lonnymq.message_complete_batch(
+       ids => %s::pg_catalog.int8[],
+       num_attempts => %s::pg_catalog.int8[])
 """
 
 MESSAGE_DEFER = """
-SELECT lonnymq.message_defer(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8,
-                             dequeue_at => %s::pg_catalog.timestamptz, delay_ms => %s::pg_catalog.int8,
-                             state => %s::pg_catalog.bytea)
+SELECT lonnymq.message_defer(
+       id => %s::pg_catalog.int8,
+       num_attempts => %s::pg_catalog.int8,
+       dequeue_at => %s::pg_catalog.timestamptz,
+       delay_ms => %s::pg_catalog.int8,
+       state => %s::pg_catalog.bytea)
 """
 
 MESSAGE_HEARTBEAT = """
-SELECT lonnymq.message_heartbeat(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8,
-                                 lock_ms => %s::pg_catalog.int8)
+SELECT lonnymq.message_heartbeat(
+       id => %s::pg_catalog.int8,
+       num_attempts => %s::pg_catalog.int8,
+       lock_ms => %s::pg_catalog.int8)
 """
 
 MESSAGE_FAIL = """
-SELECT lonnymq.message_fail(id => %s::pg_catalog.int8, num_attempts => %s::pg_catalog.int8, error => %s::pg_catalog.text)
+SELECT lonnymq.message_fail(
+       id => %s::pg_catalog.int8,
+       num_attempts => %s::pg_catalog.int8,
+       error => %s::pg_catalog.text)
 """
 
 MESSAGE_CANCEL = "SELECT lonnymq.message_cancel(id => %s::pg_catalog.int8)"
 
-ARCHIVE_REQUEUE = "SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::pg_catalog.int8)"
+ARCHIVE_REQUEUE = """
+SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::pg_catalog.int8)
+"""
 
 ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::pg_catalog.interval)"
 
@@ -83,8 +116,12 @@ WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::pg_catalog.text)"
 VERIFY = "SELECT * FROM lonnymq.verify()"
 
 SCHEDULE_SET = """
-SELECT lonnymq.schedule_set(name => %s::pg_catalog.text, cron => %s::pg_catalog.text, queue => %s::pg_catalog.text,
-                            channel => %s::pg_catalog.text, content => %s::pg_catalog.bytea)
+SELECT lonnymq.schedule_set(
+       name => %s::pg_catalog.text,
+       cron => %s::pg_catalog.text,
+       queue => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       content => %s::pg_catalog.bytea)
 """
 
 SCHEDULE_DELETE = "SELECT lonnymq.schedule_delete(name => %s::pg_catalog.text)"
@@ -107,7 +144,8 @@ ARCHIVE_LIST = """
 SELECT id, message_id, queue, channel, content, state, num_attempts, outcome, error,
        created_at, archived_at
   FROM lonnymq.message_archive
- WHERE queue OPERATOR(pg_catalog.=) %s::pg_catalog.text AND (%s::pg_catalog.text IS NULL OR outcome OPERATOR(pg_catalog.=) %s::pg_catalog.text)
+ WHERE queue OPERATOR(pg_catalog.=) %s::pg_catalog.text
+   AND (%s::pg_catalog.text IS NULL OR outcome OPERATOR(pg_catalog.=) %s::pg_catalog.text)
  ORDER BY id DESC
  LIMIT %s::pg_catalog.int4
 """

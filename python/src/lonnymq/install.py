@@ -72,7 +72,8 @@ def install_extension(conn: Connection[Any]) -> str:
     """CREATE EXTENSION lonnymq (the server must have the extension files installed)."""
     conn.execute("CREATE EXTENSION IF NOT EXISTS lonnymq")
     row = conn.execute(
-        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'lonnymq'"
+        "SELECT extversion FROM pg_catalog.pg_extension"
+        " WHERE extname OPERATOR(pg_catalog.=) 'lonnymq'"
     ).fetchone()
     return str(row[0]) if row else "?"
 
