@@ -6,7 +6,8 @@
 -- takes the channel's advisory lock in shared mode until commit. Shared
 -- holders never wait for each other; only channel_set (capacity changes),
 -- channel_delete and the sweep take it exclusively.
-CREATE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text) RETURNS lonnymq.channel
+CREATE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
+RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -18,8 +19,13 @@ BEGIN
     WHERE c.queue_id = p_queue_id AND c.name = p_channel;
     IF v_channel.id IS NULL THEN
         -- Creation pays for removal: idle channels cannot pile up. Swept
-        -- before the insert, so the new (still empty) channel is not a candidate.
-        PERFORM lonnymq.channel_sweep(2);
+        -- before the insert, so the new (still empty) channel is not a
+        -- candidate. A batch sweeps once before taking any of its channels
+        -- (p_sweep false): a later sweep could remove one it took but has not
+        -- written to yet.
+        IF p_sweep THEN
+            PERFORM lonnymq.channel_sweep(2);
+        END IF;
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
@@ -32,7 +38,7 @@ BEGIN
     RETURN v_channel;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text)
+COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text, boolean)
     IS 'Channel of a producer, created on first use, with its shared advisory lock.';
 
 -- Sets a channel's policy, creating the channel if needed. An explicit

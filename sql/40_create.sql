@@ -56,7 +56,7 @@ COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message hold
 CREATE FUNCTION lonnymq._create_one(
     p_queue_id integer, p_queue text, p_channel text, p_content bytea, p_dequeue_ms bigint,
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
-    OUT status text, OUT id bigint
+    p_sweep boolean, OUT status text, OUT id bigint
 )
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -70,7 +70,7 @@ BEGIN
         v_dequeue_ms := lonnymq._now_ms() - p_priority::bigint * lonnymq._priority_step_ms();
     END IF;
     IF p_channel IS NOT NULL THEN
-        v_channel := lonnymq._channel_for_create(p_queue_id, p_channel);
+        v_channel := lonnymq._channel_for_create(p_queue_id, p_channel, p_sweep);
         IF v_channel.max_size IS NOT NULL THEN
             SELECT a.admitted INTO v_admitted FROM lonnymq.channel_admission a
             WHERE a.channel_id = v_channel.id FOR UPDATE;
@@ -113,7 +113,7 @@ BEGIN
     status := 'created';
 END
 $$;
-COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, integer, text, bytea, bigint, text)
+COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, integer, text, bytea, bigint, text, boolean)
     IS 'Creates one validated message: created, deduplicated or dropped.';
 
 -- Creates a message. channel NULL: a plain FIFO message with no channel.
@@ -149,7 +149,7 @@ BEGIN
     FROM lonnymq._create_one(lonnymq._queue_id(message_create.queue, true), message_create.queue,
                              message_create.channel, message_create.content,
                              lonnymq._check_dequeue_ms(v_base_ms + message_create.delay_ms), message_create.priority,
-                             message_create.dedup_key, message_create.state, 0, 'created') r;
+                             message_create.dedup_key, message_create.state, 0, 'created', true) r;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigint, integer, text, bytea)
@@ -157,7 +157,9 @@ COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigin
 
 -- Creates many messages in input order, each under every per-message rule.
 -- With an idempotency_key already used in this queue, creates nothing and
--- answers duplicate_batch with the ids the first call created.
+-- answers duplicate_batch with the ids the first call created. Batches
+-- without dedup keys and without capped channels take a set-based path (one
+-- INSERT, one hint per channel); the others go message by message.
 CREATE FUNCTION lonnymq.message_create_batch(
     queue text,
     channels text[],
@@ -177,6 +179,7 @@ DECLARE
     v_previous bigint[];
     v_result record;
     v_name text;
+    v_bad timestamptz;
     i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
@@ -206,15 +209,24 @@ BEGIN
             OR pg_catalog.length(message_create_batch.idempotency_key) > 512) THEN
         PERFORM lonnymq._invalid('idempotency_key must be 1 to 512 characters long, or NULL');
     END IF;
-    FOR i IN 1 .. v_count LOOP
-        PERFORM lonnymq._check_create(message_create_batch.contents[i], 0, 0,
-                                      message_create_batch.dedup_keys[i]);
-        PERFORM lonnymq._check_name(message_create_batch.channels[i], 'channels element', true);
-        IF message_create_batch.dequeue_ats[i] IS NOT NULL THEN
-            PERFORM lonnymq._check_dequeue_ms(
-                lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element'));
-        END IF;
-    END LOOP;
+    -- Element checks, set-based: a batch of 100000 must not pay 100000 calls.
+    IF pg_catalog.array_position(message_create_batch.contents, NULL) IS NOT NULL THEN
+        PERFORM lonnymq._invalid('content must not be NULL');
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.channels) n
+               WHERE pg_catalog.length(n) = 0 OR pg_catalog.length(n) > 256) THEN
+        PERFORM lonnymq._invalid('channels element must be 1 to 256 characters long');
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k
+               WHERE pg_catalog.length(k) = 0 OR pg_catalog.length(k) > 512) THEN
+        PERFORM lonnymq._invalid('dedup_key must be 1 to 512 characters long, or NULL');
+    END IF;
+    SELECT t INTO v_bad FROM pg_catalog.unnest(message_create_batch.dequeue_ats) t
+    WHERE NOT pg_catalog.isfinite(t) OR t >= '100000-01-01 00:00:00+00'::timestamptz
+    LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        PERFORM lonnymq._check_dequeue_ms(lonnymq._ms_of(v_bad, 'dequeue_ats element'));
+    END IF;
 
     v_queue_id := lonnymq._queue_id(message_create_batch.queue, true);
     IF message_create_batch.idempotency_key IS NOT NULL THEN
@@ -233,30 +245,78 @@ BEGIN
         END IF;
     END IF;
 
+    -- New channels pay for the sweep of idle ones, once, before any is taken.
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.channels) AS n
+               WHERE n IS NOT NULL AND NOT EXISTS (
+                   SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
+        PERFORM lonnymq.channel_sweep(2);
+    END IF;
     -- Take every channel (creating new ones) in name order first: two batches
     -- that create the same new channels then cannot wait on each other in a cycle.
     FOR v_name IN
         SELECT DISTINCT n FROM pg_catalog.unnest(message_create_batch.channels) AS n
         WHERE n IS NOT NULL ORDER BY n
     LOOP
-        PERFORM lonnymq._channel_for_create(v_queue_id, v_name);
+        PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
     END LOOP;
-    -- Likewise the admission rows of capped channels, in id order.
+    v_now_ms := lonnymq._now_ms();
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
+        IF NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                       WHERE c.queue_id = v_queue_id AND c.name = ANY (message_create_batch.channels)
+                         AND c.max_size IS NOT NULL) THEN
+            -- The set-based path. Ids follow input order (the INSERT draws them
+            -- in ORDER BY order), so sorting them restores the input order.
+            WITH created AS (
+                INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
+                SELECT v_queue_id, c.id, u.content,
+                       coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, v_now_ms)
+                FROM ROWS FROM (pg_catalog.unnest(message_create_batch.channels),
+                                pg_catalog.unnest(message_create_batch.contents),
+                                pg_catalog.unnest(message_create_batch.dequeue_ats))
+                     WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
+                LEFT JOIN lonnymq.channel c ON c.queue_id = v_queue_id AND c.name = u.channel
+                ORDER BY u.ord
+                RETURNING m.id, m.channel_id, m.dequeue_ms
+            ), hinted AS (
+                -- One hint per channel, at its earliest new message, covers them all.
+                INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+                SELECT v_queue_id, k.channel_id, pg_catalog.min(k.dequeue_ms)
+                FROM created k WHERE k.channel_id IS NOT NULL
+                GROUP BY k.channel_id
+            )
+            SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
+            FOR i IN 1 .. v_count LOOP
+                status := 'created';
+                id := v_ids[i];
+                RETURN NEXT;
+            END LOOP;
+            IF v_count > 0 THEN
+                PERFORM lonnymq._notify('lonnymq', message_create_batch.queue, 'created');
+            END IF;
+            IF message_create_batch.idempotency_key IS NOT NULL THEN
+                UPDATE lonnymq.batch b SET message_ids = v_ids
+                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Message by message: dedup keys and capacity are decided per element.
+    -- Admission rows of capped channels are taken in id order first.
     PERFORM 1 FROM lonnymq.channel_admission a
     WHERE a.channel_id IN (
         SELECT c.id FROM lonnymq.channel c
         WHERE c.queue_id = v_queue_id AND c.name = ANY (message_create_batch.channels))
     ORDER BY a.channel_id
     FOR UPDATE;
-
-    v_now_ms := lonnymq._now_ms();
     FOR i IN 1 .. v_count LOOP
         SELECT r.status, r.id INTO v_result
         FROM lonnymq._create_one(v_queue_id, message_create_batch.queue, message_create_batch.channels[i],
                                  message_create_batch.contents[i],
                                  CASE WHEN message_create_batch.dequeue_ats[i] IS NULL THEN v_now_ms
                                       ELSE lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element') END,
-                                 0, message_create_batch.dedup_keys[i], NULL, 0, 'created') r;
+                                 0, message_create_batch.dedup_keys[i], NULL, 0, 'created', false) r;
         status := v_result.status;
         id := v_result.id;
         v_ids := v_ids || v_result.id;

@@ -23,7 +23,8 @@ BEGIN
     END IF;
     SELECT r.status, r.id INTO v_result
     FROM lonnymq._create_one(lonnymq._queue_id(v_archived.queue, true), v_archived.queue, v_archived.channel,
-                             v_archived.content, lonnymq._now_ms(), 0, NULL, v_archived.state, 0, 'requeued') r;
+                             v_archived.content, lonnymq._now_ms(), 0, NULL, v_archived.state, 0, 'requeued',
+                             true) r;
     IF v_result.status = 'created' THEN
         DELETE FROM lonnymq.message_archive a WHERE a.id = v_archived.id;
     END IF;
