@@ -305,9 +305,15 @@ def step(conn: psycopg.Connection[Any], data: st.DataObject, model: Model) -> No
 
 def check_invariants(conn: psycopg.Connection[Any]) -> None:
     assert conn.execute("SELECT * FROM lonnymq.verify()").fetchall() == []
-    for view in ("messages", "channel_stats", "queue_stats", "message_archive"):
-        # Every column computed on the server (as text: Python has no year 4713 BC).
-        conn.execute(f"SELECT pg_catalog.md5(v::text) FROM lonnymq.{view} v").fetchall()
+    # Every column computed on the server (as text: Python has no year 4713 BC); content is
+    # left out, or the multi-megabyte messages of earlier examples would be read every step.
+    for columns, view in (
+        ("id, queue, channel, num_attempts, dequeue_at, locked_until, created_at, priority, dedup_key", "messages"),
+        ("v.*", "channel_stats"),
+        ("v.*", "queue_stats"),
+        ("id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at", "message_archive"),
+    ):
+        conn.execute(f"SELECT pg_catalog.md5(row({columns})::text) FROM lonnymq.{view} v").fetchall()
 
 
 @pytest.fixture(scope="module")
