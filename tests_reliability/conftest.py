@@ -124,6 +124,7 @@ class WorkerProcess:
                      str(concurrency), str(lock_ms), mode]
         self.log_dir = log_dir
         self.starts = 0
+        self.output = ""
         self.process: subprocess.Popen[str] | None = None
         self.start()
 
@@ -157,11 +158,19 @@ class WorkerProcess:
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
         try:
-            self.process.communicate(timeout=timeout)
+            out, _ = self.process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.communicate()
+            out, _ = self.process.communicate()
+        self.output = out or ""
         return self.process.returncode
+
+    def counts(self) -> dict[str, int]:
+        """The worker's ``counts``, printed as JSON when it stops gracefully."""
+        import json
+
+        lines = [line for line in self.output.splitlines() if line.startswith("{")]
+        return dict(json.loads(lines[-1])) if lines else {}
 
     def log_text(self) -> str:
         return "\n".join(p.read_text() for p in sorted(self.log_dir.glob(f"worker-{id(self)}-*.log")))

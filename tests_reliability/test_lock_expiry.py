@@ -9,14 +9,15 @@ then with real ``Worker``s whose heartbeats are switched off.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
+from collections.abc import Callable
 
 import psycopg
-import pytest
 from lonnymq import Message, Queue, Worker
 
-from .conftest import LimitSampler, archive_outcomes, live_ids, verify, wait_for
+from .conftest import LimitSampler, WorkerProcess, archive_outcomes, live_ids, verify, wait_for
 
 LOCK_MS = 300
 
@@ -166,3 +167,45 @@ def test_worker_gets_back_its_own_expired_message(shared_db: str, queue_name: st
     assert archive_outcomes(shared_db, queue_name) == {created: [("completed", 2)]}
     assert crashed == []
     assert worker.counts == {"completed": 1, "deferred": 0, "failed": 0, "refused": 1}
+
+
+def test_a_frozen_worker_process_is_fenced_off_when_it_wakes(
+    shared_db: str, queue_name: str, workers: Callable[..., WorkerProcess]
+) -> None:
+    """SIGSTOP freezes a worker process (handlers and heartbeats alike) for three lock
+    periods; the other worker redelivers what it held. After SIGCONT its late settles and
+    heartbeats are refused (counted as ``refused``), and every message is still settled
+    exactly once with the limits held throughout."""
+    lock_ms = 1000
+    with Queue(shared_db, queue_name, pool_size=2) as queue:
+        channels = [f"f{n}" for n in range(8)]
+        for c in channels:
+            queue.set_channel(c, max_concurrency=2, retain_completed=True)
+        results = queue.create_batch([json.dumps({"sleep_ms": 150})] * 240,
+                                     channels=[channels[n % 8] for n in range(240)])
+        created = {r.id for r in results}
+    sampler = LimitSampler(shared_db, queue_name)
+    sampler.start()
+    frozen, other = (workers(shared_db, queue_name, 4, lock_ms, mode) for mode in ("sync", "async"))
+    try:
+        wait_for(lambda: len(archive_outcomes(shared_db, queue_name)) >= 20, 30, "work to start")
+        assert frozen.process is not None
+        frozen.process.send_signal(signal.SIGSTOP)
+        time.sleep(3 * lock_ms / 1000)
+        frozen.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: len(archive_outcomes(shared_db, queue_name)) >= len(created), 90,
+                 "every message to be settled")
+    finally:
+        sampler.stop()
+        codes = [frozen.terminate(), other.terminate()]
+    assert codes == [0, 0]
+    outcomes = archive_outcomes(shared_db, queue_name)
+    assert set(outcomes) == created and all(len(o) == 1 for o in outcomes.values())
+    assert {o[0][0] for o in outcomes.values()} == {"completed"}
+    assert any(o[0][1] > 1 for o in outcomes.values()), "nothing held by the frozen worker was redelivered"
+    counts = [frozen.counts(), other.counts()]
+    assert counts[0].get("refused", 0) >= 1, counts
+    assert sum(c.get("completed", 0) for c in counts) == len(created)
+    assert not live_ids(shared_db, queue_name)
+    assert verify(shared_db) == []
+    assert sampler.violations == [], sampler.violations[:10]
