@@ -29,7 +29,7 @@ from lonnymq import Queue
 from psycopg import sql
 
 from .conftest import ADMIN_DSN, PGBIN, drop_database, dsn_for, recreate_database, verify
-from .test_security import ensure_role, fingerprint
+from .test_security import drop_roles, ensure_role, fingerprint
 
 
 def pg_tool(tool: str, *args: str) -> None:
@@ -86,9 +86,11 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
     source, target = f"lonnymq_rel_dump_src_{suffix}", f"lonnymq_rel_dump_dst_{suffix}"
     monitor = f"rel_dump_monitor_{suffix}"
     src = recreate_database(ADMIN_DSN, source)
+    created_roles = [monitor]
     try:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            ensure_role(admin, "lonnymq_monitor", login=False)
+            if ensure_role(admin, "lonnymq_monitor", login=False):
+                created_roles.append("lonnymq_monitor")
             ensure_role(admin, monitor, login=True)
             admin.execute(sql.SQL("GRANT lonnymq_monitor TO {}").format(sql.Identifier(monitor)))
         with psycopg.connect(src, autocommit=True) as conn:
@@ -152,5 +154,4 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
         drop_database(ADMIN_DSN, source)
         drop_database(ADMIN_DSN, target)
         drop_database(ADMIN_DSN, target + "_plain")
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(monitor)))
+        drop_roles(created_roles)

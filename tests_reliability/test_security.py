@@ -18,6 +18,7 @@ Dump and restore are in test_dump_restore.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -47,10 +48,20 @@ DENIED = psycopg.errors.InsufficientPrivilege
 GROUPS = ("lonnymq_producer", "lonnymq_consumer", "lonnymq_monitor")
 
 
-def ensure_role(admin: psycopg.Connection[Any], name: str, login: bool) -> None:
+def ensure_role(admin: psycopg.Connection[Any], name: str, login: bool) -> bool:
+    """Creates the role unless it exists; returns whether it did (so the caller drops it)."""
     exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
     if not exists:
         admin.execute(sql.SQL("CREATE ROLE {} " + ("LOGIN" if login else "NOLOGIN")).format(sql.Identifier(name)))
+    return not exists
+
+
+def drop_roles(roles: list[str]) -> None:
+    """Drops roles this suite created; one still in use elsewhere is left alone."""
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        for role in roles:
+            with contextlib.suppress(psycopg.errors.DependentObjectsStillExist):
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +72,11 @@ def security_db() -> Iterator[dict[str, str]]:
     logins = {kind: f"rel_{kind}_{suffix}" for kind in ("producer", "consumer", "monitor", "nobody", "hostile")}
     name = "lonnymq_rel_security"
     owner_dsn = recreate_database(ADMIN_DSN, name)
+    created_groups = []
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
         for group in GROUPS:
-            ensure_role(admin, group, login=False)
+            if ensure_role(admin, group, login=False):
+                created_groups.append(group)
         for kind, role in logins.items():
             ensure_role(admin, role, login=True)
             if f"lonnymq_{kind}" in GROUPS:
@@ -76,9 +89,7 @@ def security_db() -> Iterator[dict[str, str]]:
         yield dsns
     finally:
         drop_database(ADMIN_DSN, name)
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            for role in logins.values():
-                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        drop_roles([*logins.values(), *created_groups])
 
 
 def fingerprint(owner_dsn: str) -> dict[str, str]:
