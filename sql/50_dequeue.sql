@@ -81,7 +81,10 @@ BEGIN
         RETURN;
     END IF;
     v_now_ms := lonnymq._now_ms();
-    v_hinted_busy := lonnymq._absorb_hints(v_queue.id, v_now_ms, 64 + message_dequeue.max_messages);
+    -- Fold in only as many channels as this call can serve (plus a little):
+    -- each refreshed channel stays held until commit, and channels held by one
+    -- dequeuer are passed over (or shared without a turn) by the others.
+    v_hinted_busy := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
     v_has_channels := EXISTS (SELECT 1 FROM lonnymq.channel c
                               WHERE c.queue_id = v_queue.id AND c.ready_ms IS NOT NULL)
                       OR pg_catalog.cardinality(v_hinted_busy) > 0;
