@@ -4,26 +4,6 @@
 -- and a busy row only ever sends it to the next candidate.
 -- ===========================================================================
 
--- Builds the row a dequeue returns from a freshly locked message.
-CREATE FUNCTION lonnymq._delivery(p_message lonnymq.message, p_channel text, p_recovered boolean)
-RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    id := p_message.id;
-    channel := p_channel;
-    content := p_message.content;
-    state := p_message.state;
-    num_attempts := p_message.num_attempts;
-    dequeue_at := lonnymq._to_timestamptz(p_message.dequeue_ms
-                                          + p_message.priority::bigint * lonnymq._priority_step_ms());
-    recovered := p_recovered;
-    RETURN NEXT;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._delivery(lonnymq.message, text, boolean) IS 'A dequeue result row.';
-
 -- Delivers a message the caller has locked: the next attempt, locked until
 -- p_locked_until_ms. Returns the updated row.
 CREATE FUNCTION lonnymq._claim(p_id bigint, p_locked_until_ms bigint) RETURNS lonnymq.message
@@ -65,6 +45,8 @@ DECLARE
     v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
     v_tried bigint[] := '{}';    -- channels found busy or stale in this call
     v_hinted_busy bigint[];      -- busy channels with due hints: ready, maybe unrecorded
+    v_emit_channel text;         -- the delivery being returned: its channel name
+    v_emit_recovered boolean;    -- and whether it is a redelivery
 BEGIN
     PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
     IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms < 1
@@ -90,186 +72,203 @@ BEGIN
                       OR pg_catalog.cardinality(v_hinted_busy) > 0;
 
     WHILE v_delivered < message_dequeue.max_messages LOOP
-        -- 1. Recovery: a lock that expired is redelivered before fresh work.
-        --    Its channel slot is still counted, so limits are unaffected.
-        SELECT m.* INTO v_message FROM lonnymq.message m
-        WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
-          AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
-        ORDER BY m.locked_until_ms, m.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED;
-        IF v_message.id IS NOT NULL THEN
-            v_channel := NULL;
-            IF v_message.channel_id IS NOT NULL THEN
-                SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
-            END IF;
-            IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
-                -- Dead-letter: the channel's locks are needed, but without waiting.
-                IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
-                    v_skipped := v_skipped || v_message.id;
-                ELSIF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size)
-                      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel.id
-                                      FOR NO KEY UPDATE SKIP LOCKED) THEN
-                    v_skipped := v_skipped || v_message.id;
-                ELSE
-                    PERFORM lonnymq._settle_locked(v_message, 'dead',
-                        pg_catalog.format('lock expired after attempt %s of %s', v_message.num_attempts,
-                                          v_channel.max_attempts));
-                    PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
-                    -- The freed slot may have made a saturated channel ready.
-                    v_has_channels := true;
-                END IF;
-                v_message := NULL;
-                CONTINUE;
-            END IF;
-            v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
-            RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, true);
-            v_delivered := v_delivered + 1;
-            v_message := NULL;
-            CONTINUE;
-        END IF;
-
-        -- 2. The channel-less messages compete as one more channel whose last
-        --    turn is kept on the queue row.
-        v_free_ms := NULL;
-        IF NOT v_free_exhausted THEN
-            SELECT greatest(m.dequeue_ms, v_queue.nochannel_turn_ms) INTO v_free_ms
-            FROM lonnymq.message m
-            WHERE m.queue_id = v_queue.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-              AND m.dequeue_ms <= v_now_ms
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
-
-        -- 3. The channel that has waited longest, if it beats the channel-less
-        --    turn. First choice: one no other transaction holds; its turn is
-        --    then recorded exactly. Otherwise a held channel without
-        --    accounting is shared: its messages are taken in parallel, and the
-        --    holder records the turn.
-        v_channel := NULL;
-        v_exclusive := false;
-        IF v_has_channels THEN
-            -- Lock order: the channel's advisory lock (shared, tried in the
-            -- WHERE clause, which runs before the row lock), then its row.
-            SELECT c.* INTO v_channel FROM lonnymq.channel c
-            WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
-              AND (v_free_ms IS NULL
-                   OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-              AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                              lonnymq._channel_lock_key(c.queue_id, c.name))
-            ORDER BY c.ready_ms, c.turn_seq, c.id
+        -- Every path that delivers leaves this block with EXIT pick; paths
+        -- that only skip or clean up CONTINUE the loop instead.
+        <<pick>>
+        BEGIN
+            -- 1. Recovery: a lock that expired is redelivered before fresh work.
+            --    Its channel slot is still counted, so limits are unaffected.
+            SELECT m.* INTO v_message FROM lonnymq.message m
+            WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
+              AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
+            ORDER BY m.locked_until_ms, m.id
             LIMIT 1
-            FOR NO KEY UPDATE SKIP LOCKED;
-            v_exclusive := v_channel.id IS NOT NULL;
-            IF NOT v_exclusive THEN
+            FOR UPDATE SKIP LOCKED;
+            IF v_message.id IS NOT NULL THEN
+                v_channel := NULL;
+                IF v_message.channel_id IS NOT NULL THEN
+                    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
+                END IF;
+                IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
+                    -- Dead-letter: the channel's locks are needed, but without waiting.
+                    IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
+                        v_skipped := v_skipped || v_message.id;
+                    ELSIF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size)
+                          AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel.id
+                                          FOR NO KEY UPDATE SKIP LOCKED) THEN
+                        v_skipped := v_skipped || v_message.id;
+                    ELSE
+                        PERFORM lonnymq._settle_locked(v_message, 'dead',
+                            pg_catalog.format('lock expired after attempt %s of %s', v_message.num_attempts,
+                                              v_channel.max_attempts));
+                        PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                        -- The freed slot may have made a saturated channel ready.
+                        v_has_channels := true;
+                    END IF;
+                    v_message := NULL;
+                    CONTINUE;
+                END IF;
+                v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
+                v_emit_channel := v_channel.name;
+                v_emit_recovered := true;
+                EXIT pick;
+            END IF;
+
+            -- 2. The channel-less messages compete as one more channel whose last
+            --    turn is kept on the queue row.
+            v_free_ms := NULL;
+            IF NOT v_free_exhausted THEN
+                SELECT greatest(m.dequeue_ms, v_queue.nochannel_turn_ms) INTO v_free_ms
+                FROM lonnymq.message m
+                WHERE m.queue_id = v_queue.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
+                  AND m.dequeue_ms <= v_now_ms
+                ORDER BY m.dequeue_ms, m.id
+                LIMIT 1;
+            END IF;
+
+            -- 3. The channel that has waited longest, if it beats the channel-less
+            --    turn. First choice: one no other transaction holds; its turn is
+            --    then recorded exactly. Otherwise a held channel without
+            --    accounting is shared: its messages are taken in parallel, and the
+            --    holder records the turn.
+            v_channel := NULL;
+            v_exclusive := false;
+            IF v_has_channels THEN
+                -- Lock order: the channel's advisory lock (shared, tried in the
+                -- WHERE clause, which runs before the row lock), then its row.
                 SELECT c.* INTO v_channel FROM lonnymq.channel c
                 WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
                   AND (v_free_ms IS NULL
                        OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-                  AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
                   AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
                                                                   lonnymq._channel_lock_key(c.queue_id, c.name))
                 ORDER BY c.ready_ms, c.turn_seq, c.id
-                LIMIT 1;
+                LIMIT 1
+                FOR NO KEY UPDATE SKIP LOCKED;
+                v_exclusive := v_channel.id IS NOT NULL;
+                IF NOT v_exclusive THEN
+                    SELECT c.* INTO v_channel FROM lonnymq.channel c
+                    WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
+                      AND (v_free_ms IS NULL
+                           OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                      AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                                      lonnymq._channel_lock_key(c.queue_id, c.name))
+                    ORDER BY c.ready_ms, c.turn_seq, c.id
+                    LIMIT 1;
+                END IF;
+                IF v_channel.id IS NULL AND v_free_ms IS NULL THEN
+                    -- A busy channel whose new messages only its holder has folded
+                    -- in so far: its due hints say it has ready work.
+                    SELECT c.* INTO v_channel FROM lonnymq.channel c
+                    WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
+                      AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                                      lonnymq._channel_lock_key(c.queue_id, c.name))
+                    ORDER BY c.last_turn_ms, c.turn_seq, c.id
+                    LIMIT 1;
+                END IF;
             END IF;
-            IF v_channel.id IS NULL AND v_free_ms IS NULL THEN
-                -- A busy channel whose new messages only its holder has folded
-                -- in so far: its due hints say it has ready work.
-                SELECT c.* INTO v_channel FROM lonnymq.channel c
-                WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
-                  AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
-                  AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                                  lonnymq._channel_lock_key(c.queue_id, c.name))
-                ORDER BY c.last_turn_ms, c.turn_seq, c.id
-                LIMIT 1;
-            END IF;
-        END IF;
 
-        IF v_channel.id IS NOT NULL THEN
-            v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                              v_channel.max_size);
-            SELECT m.* INTO v_message FROM lonnymq.message m
-            WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
+            IF v_channel.id IS NOT NULL THEN
+                v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                                  v_channel.max_size);
+                SELECT m.* INTO v_message FROM lonnymq.message m
+                WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                ORDER BY m.dequeue_ms, m.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
+                    -- Nothing to take: the key was stale (a cancel), or every ready
+                    -- message is being taken by others. The holder fixes the key.
+                    IF v_exclusive THEN
+                        PERFORM lonnymq._channel_refresh(v_channel.id);
+                    END IF;
+                    v_tried := v_tried || v_channel.id;
+                    v_message := NULL;
+                    CONTINUE;
+                END IF;
+                IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
+                    -- A deferred message out of attempts: dead-letter, no slot was taken.
+                    PERFORM lonnymq._archive(v_message, 'dead',
+                        pg_catalog.format('deferred after attempt %s of %s', v_message.num_attempts,
+                                          v_channel.max_attempts));
+                    DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
+                    IF v_exclusive THEN
+                        UPDATE lonnymq.channel c
+                        SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
+                        WHERE c.id = v_channel.id;
+                        PERFORM lonnymq._channel_refresh(v_channel.id);
+                    END IF;
+                    PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                    v_message := NULL;
+                    CONTINUE;
+                END IF;
+                v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
+                IF v_exclusive THEN
+                    -- Messages others are taking right now still look unlocked here,
+                    -- which only makes the head early: safe.
+                    SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT 1;
+                    v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+                    UPDATE lonnymq.channel c
+                    SET locked_count = c.locked_count + v_accounted::integer,
+                        last_turn_ms = v_now_ms,
+                        turn_seq = v_seq,
+                        head_ms = v_next_head_ms,
+                        ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
+                                                     c.locked_count + v_accounted::integer, c.max_concurrency, v_seq)
+                    WHERE c.id = v_channel.id;
+                END IF;
+                v_emit_channel := v_channel.name;
+                v_emit_recovered := false;
+                EXIT pick;
+            END IF;
+
+            IF v_free_ms IS NULL THEN
+                EXIT;  -- nothing ready anywhere
+            END IF;
+            SELECT f.* INTO v_message FROM lonnymq.message f
+            WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
+              AND f.dequeue_ms <= v_now_ms
+            ORDER BY f.dequeue_ms, f.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
-            IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
-                -- Nothing to take: the key was stale (a cancel), or every ready
-                -- message is being taken by others. The holder fixes the key.
-                IF v_exclusive THEN
-                    PERFORM lonnymq._channel_refresh(v_channel.id);
-                END IF;
-                v_tried := v_tried || v_channel.id;
-                v_message := NULL;
-                CONTINUE;
-            END IF;
-            IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
-                -- A deferred message out of attempts: dead-letter, no slot was taken.
-                PERFORM lonnymq._archive(v_message, 'dead',
-                    pg_catalog.format('deferred after attempt %s of %s', v_message.num_attempts,
-                                      v_channel.max_attempts));
-                DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
-                IF v_exclusive THEN
-                    UPDATE lonnymq.channel c
-                    SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
-                    WHERE c.id = v_channel.id;
-                    PERFORM lonnymq._channel_refresh(v_channel.id);
-                END IF;
-                PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
-                v_message := NULL;
+            IF v_message.id IS NULL THEN
+                -- Every ready channel-less message is being claimed by others.
+                v_free_exhausted := true;
                 CONTINUE;
             END IF;
             v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
-            IF v_exclusive THEN
-                -- Messages others are taking right now still look unlocked here,
-                -- which only makes the head early: safe.
-                SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
-                WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-                ORDER BY m.dequeue_ms, m.id
-                LIMIT 1;
+            IF v_has_channels THEN
+                -- Record the turn only when channels compete for it, and only if
+                -- the queue row is free: channel-less traffic never queues on it.
                 v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-                UPDATE lonnymq.channel c
-                SET locked_count = c.locked_count + v_accounted::integer,
-                    last_turn_ms = v_now_ms,
-                    turn_seq = v_seq,
-                    head_ms = v_next_head_ms,
-                    ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
-                                                 c.locked_count + v_accounted::integer, c.max_concurrency, v_seq)
-                WHERE c.id = v_channel.id;
+                UPDATE lonnymq.queue q
+                SET nochannel_turn_ms = v_now_ms, nochannel_turn_seq = v_seq
+                WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = v_queue.id
+                              FOR NO KEY UPDATE SKIP LOCKED);
+                v_queue.nochannel_turn_ms := v_now_ms;
+                v_queue.nochannel_turn_seq := v_seq;
             END IF;
-            RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, v_channel.name, false);
-            v_delivered := v_delivered + 1;
-            v_message := NULL;
-            CONTINUE;
-        END IF;
-
-        IF v_free_ms IS NULL THEN
-            EXIT;  -- nothing ready anywhere
-        END IF;
-        SELECT f.* INTO v_message FROM lonnymq.message f
-        WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
-          AND f.dequeue_ms <= v_now_ms
-        ORDER BY f.dequeue_ms, f.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED;
-        IF v_message.id IS NULL THEN
-            -- Every ready channel-less message is being claimed by others.
-            v_free_exhausted := true;
-            CONTINUE;
-        END IF;
-        v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
-        IF v_has_channels THEN
-            -- Record the turn only when channels compete for it, and only if
-            -- the queue row is free: channel-less traffic never queues on it.
-            v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-            UPDATE lonnymq.queue q
-            SET nochannel_turn_ms = v_now_ms, nochannel_turn_seq = v_seq
-            WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = v_queue.id
-                          FOR NO KEY UPDATE SKIP LOCKED);
-            v_queue.nochannel_turn_ms := v_now_ms;
-            v_queue.nochannel_turn_seq := v_seq;
-        END IF;
-        RETURN QUERY SELECT * FROM lonnymq._delivery(v_message, NULL, false);
+            v_emit_channel := NULL;
+            v_emit_recovered := false;
+            EXIT pick;
+        END pick;
+        -- The result row, assigned column by column (RETURN QUERY would run a
+        -- query per delivered message).
+        id := v_message.id;
+        channel := v_emit_channel;
+        content := v_message.content;
+        state := v_message.state;
+        num_attempts := v_message.num_attempts;
+        dequeue_at := 'epoch'::timestamptz
+                      + (v_message.dequeue_ms + v_message.priority::bigint * 281474976710656)
+                        * '1 millisecond'::interval;
+        recovered := v_emit_recovered;
+        RETURN NEXT;
         v_delivered := v_delivered + 1;
         v_message := NULL;
     END LOOP;

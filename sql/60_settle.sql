@@ -81,8 +81,14 @@ BEGIN
 
     PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
     ORDER BY m.id FOR UPDATE;
+    -- Then the channels whose rows the settles will update (accounted ones),
+    -- each after its advisory lock, in id order.
+    PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
+    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+    ORDER BY c.id;
     PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+      AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
     ORDER BY c.id FOR NO KEY UPDATE;
 
     FOR i IN 1 .. pg_catalog.cardinality(message_complete_batch.ids) LOOP
