@@ -124,12 +124,14 @@ class WorkerProcess:
                      str(concurrency), str(lock_ms), mode]
         self.log_dir = log_dir
         self.starts = 0
+        self.started_at = 0.0
         self.output = ""
         self.process: subprocess.Popen[str] | None = None
         self.start()
 
     def start(self) -> None:
         self.starts += 1
+        self.started_at = time.monotonic()
         log = open(self.log_dir / f"worker-{id(self)}-{self.starts}.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
             self.args, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
@@ -156,6 +158,8 @@ class WorkerProcess:
         if self.process is None:
             return None
         if self.alive():
+            # Give a process started a moment ago time to get past interpreter start-up.
+            time.sleep(max(0.0, self.started_at + 1.0 - time.monotonic()))
             self.process.send_signal(signal.SIGTERM)
         try:
             out, _ = self.process.communicate(timeout=timeout)

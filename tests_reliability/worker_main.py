@@ -12,15 +12,23 @@ completes at once. Runs until SIGTERM (graceful) or SIGKILL.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import os
-import sys
-import time
-from typing import Any
+import signal
+import threading
 
-from lonnymq import AsyncMessage, AsyncQueue, AsyncWorker, Message, Queue, Worker
+# A SIGTERM that lands while this process is still starting (before the worker installs
+# its own handlers) must still mean "stop gracefully", not death by the default action.
+_stop_requested = threading.Event()
+signal.signal(signal.SIGTERM, lambda signum, frame: _stop_requested.set())
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from lonnymq import AsyncMessage, AsyncQueue, AsyncWorker, Message, Queue, Worker  # noqa: E402
 
 
 def job_of(content: bytes) -> dict[str, Any]:
@@ -55,6 +63,9 @@ async def run_async(dsn: str, queue_name: str, concurrency: int, lock_ms: int) -
     async with AsyncQueue(dsn, queue_name, pool_size=concurrency + 3) as queue:
         worker = AsyncWorker(queue, async_handler, concurrency=concurrency, lock_ms=lock_ms,
                              max_sleep_ms=500)
+        signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
+        if _stop_requested.is_set():
+            worker.stop()  # a stop() before run() is kept
         await worker.run()
         print(json.dumps(worker.counts), flush=True)
 
@@ -70,6 +81,9 @@ def main() -> None:
         return
     with Queue(dsn, queue_name, pool_size=concurrency + 3) as queue:
         worker = Worker(queue, handler, concurrency=concurrency, lock_ms=lock_ms, max_sleep_ms=500)
+        signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
+        if _stop_requested.is_set():
+            worker.stop()  # a stop() before run() is kept
         worker.run()
         print(json.dumps(worker.counts), flush=True)
 
