@@ -92,6 +92,11 @@ def archive_outcomes(dsn: str, queue: str) -> dict[int, list[tuple[str, int]]]:
     return result
 
 
+def archived_count(dsn: str, queue: str) -> int:
+    """Rows of the queue in the archive (cheap enough to poll)."""
+    return int(scalar(dsn, "SELECT count(*) FROM lonnymq.message_archive WHERE queue = %s", (queue,)))
+
+
 def live_ids(dsn: str, queue: str) -> set[int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return {r[0] for r in conn.execute("SELECT id FROM lonnymq.messages WHERE queue = %s", (queue,))}

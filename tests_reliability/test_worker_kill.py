@@ -20,7 +20,15 @@ from collections.abc import Callable
 
 from lonnymq import Queue
 
-from .conftest import LimitSampler, WorkerProcess, archive_outcomes, live_ids, verify, wait_for
+from .conftest import (
+    LimitSampler,
+    WorkerProcess,
+    archive_outcomes,
+    archived_count,
+    live_ids,
+    verify,
+    wait_for,
+)
 
 # As in the issue: 20k messages, 70-110 s on 2 cores (~25-45 kills). LONNYMQ_KILL_MESSAGES overrides.
 N_MESSAGES = int(os.environ.get("LONNYMQ_KILL_MESSAGES", "20000"))
@@ -67,7 +75,7 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
 
         kills = 0
         deadline = time.monotonic() + 180
-        settled = lambda: len(archive_outcomes(shared_db, queue_name))  # noqa: E731
+        settled = lambda: archived_count(shared_db, queue_name)  # noqa: E731
         next_kill = time.monotonic() + KILL_EVERY_S
         while time.monotonic() < deadline:
             if not producer.is_alive() and settled() >= N_MESSAGES:
