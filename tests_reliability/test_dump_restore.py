@@ -31,6 +31,9 @@ from psycopg import sql
 from .conftest import ADMIN_DSN, PGBIN, drop_database, dsn_for, recreate_database, verify
 from .test_security import drop_roles, ensure_role, fingerprint
 
+# The in-flight pair's lock: long enough to outlast building the state on a loaded machine.
+LOCK_MS = 5000
+
 
 def pg_tool(tool: str, *args: str) -> None:
     info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
@@ -56,7 +59,8 @@ def build_state(dsn: str) -> dict[str, Any]:
         # Deliveries: "l1" and "l2" stay in flight (their locks expire soon after the dump);
         # "s1" is completed (retained), "vip" failed; "x" is deferred after its only attempt
         # and dead-lettered by the next dequeue that reaches "dead_end".
-        taken = q.dequeue(lock_ms=1500, max_messages=20)
+        taken = q.dequeue(lock_ms=LOCK_MS, max_messages=20)
+        facts["locked_at"] = time.monotonic()
         by_content = {m.content: m for m in taken}
         assert {b"l1", b"l2", b"s1", b"x", b"vip", b"plain"} <= set(by_content)
         assert by_content[b"s1"].complete() == "completed"
@@ -130,7 +134,7 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
             # capped: max_size 3 with "s2" live and "s1" completed: two more fit, not three.
             assert [q.create(f"c{n}", channel="capped").status for n in range(3)] == ["created", "created", "dropped"]
             # Drain: limits hold on the restored counters, the in-flight pair is redelivered.
-            time.sleep(1.6)
+            time.sleep(max(0.0, facts["locked_at"] + LOCK_MS / 1000 + 0.2 - time.monotonic()))
             seen_recovered: dict[int, int] = {}
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:

@@ -121,16 +121,18 @@ def test_workers_without_heartbeats_settle_each_message_once(shared_db: str, que
     assert set(outcomes) == created and all(len(o) == 1 for o in outcomes.values())
     assert {o[0][0] for o in outcomes.values()} == {"completed"}
     redelivered = {m for m, o in outcomes.items() if o[0][1] > 1}
-    assert redelivered <= slow_ids and len(redelivered) >= N_SLOW // 2
-    # Exactly one winner per message. Each redelivery leaves one late settle of the attempt
-    # before it: refused (state_invalid), unless no one had taken the message yet, when a
-    # late defer still goes through (and a late complete wins: no redelivery then).
+    # The scenario happened: most slow first attempts lost their message to a redelivery.
+    # (On a loaded machine a fast one may expire too; the accounting below still holds.)
+    assert len(redelivered & slow_ids) >= N_SLOW // 2
+    # Exactly one winner per message. Every other delivery ended in a late settle that was
+    # refused (state_invalid / not_found), or in a defer that went through because no one
+    # had taken the message yet (it then came back as a further delivery). So the deliveries
+    # beyond the winning one are exactly the refusals plus the successful defers.
     assert sum(w.counts["completed"] for w in runners) == len(created)
     refused = sum(w.counts["refused"] for w in runners)
+    deferred = sum(w.counts["deferred"] for w in runners)
     assert refused >= 1
-    assert refused + sum(w.counts["deferred"] for w in runners) == len(redelivered)
-    # (A slow attempt that raises is normally stale by then: its defer is refused. Only if no
-    # one took the message meanwhile may that defer go through: no fail either way.)
+    assert refused + deferred == sum(o[0][1] - 1 for o in outcomes.values())
     assert sum(w.counts["failed"] for w in runners) == 0
     assert not live_ids(shared_db, queue_name)
     assert verify(shared_db) == []
@@ -141,24 +143,25 @@ def test_worker_gets_back_its_own_expired_message(shared_db: str, queue_name: st
     """One worker, two slots, no heartbeats: attempt 1 outlives its lock, the same worker
     takes the redelivery (attempt 2) and completes it; attempt 1's late complete must then
     be sent, refused (state_invalid) and counted, and no handler thread may crash."""
+    lock_ms = 800  # the redelivery's own 5 ms must not outlive it, even on a loaded machine
     crashed: list[BaseException | None] = []
     previous_hook = threading.excepthook
     threading.excepthook = lambda args: crashed.append(args.exc_value)
 
     def handler(message: Message) -> None:
-        time.sleep(3 * LOCK_MS / 1000 if message.num_attempts == 1 else 0.005)
+        time.sleep(3 * lock_ms / 1000 if message.num_attempts == 1 else 0.005)
 
     try:
         with Queue(shared_db, queue_name, pool_size=6) as queue:
             queue.set_channel("own", retain_completed=True)
             created = queue.create("x", channel="own").id
-            worker = Worker(queue, handler, concurrency=2, lock_ms=LOCK_MS, heartbeat_ms=10**9,
+            worker = Worker(queue, handler, concurrency=2, lock_ms=lock_ms, heartbeat_ms=10**9,
                             max_sleep_ms=50, handle_signals=False)
             runner = threading.Thread(target=worker.run, daemon=True)
             runner.start()
             try:
                 wait_for(lambda: created in archive_outcomes(shared_db, queue_name), 10, "completion")
-                time.sleep(3 * LOCK_MS / 1000 + 0.3)  # attempt 1 finishes meanwhile
+                time.sleep(3 * lock_ms / 1000 + 0.3)  # attempt 1 finishes meanwhile
             finally:
                 worker.stop()
                 runner.join(10)

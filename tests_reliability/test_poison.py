@@ -50,7 +50,7 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
     outcomes = archive_outcomes(shared_db, queue_name)
     assert set(outcomes) == created and all(len(o) == 1 for o in outcomes.values())
     assert outcomes[poison] == [("dead", 3)]
-    assert all(outcomes[m] == [("completed", 1)] for m in created - {poison})
+    assert all(outcomes[m][0][0] == "completed" for m in created - {poison})
     assert deaths == [3, 3, 3], "the poison should have killed exactly three processes"
     assert exit_codes == [0, 0]
     with psycopg.connect(shared_db, autocommit=True) as conn:
