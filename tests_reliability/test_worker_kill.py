@@ -30,7 +30,7 @@ from .conftest import (
     wait_for,
 )
 
-# As in the issue: 20k messages, 70-110 s on 2 cores (~25-45 kills). LONNYMQ_KILL_MESSAGES overrides.
+# As in the issue: 20k messages, 40-110 s on 2 cores (~15-45 kills). LONNYMQ_KILL_MESSAGES overrides.
 N_MESSAGES = int(os.environ.get("LONNYMQ_KILL_MESSAGES", "20000"))
 N_CHANNELS = 50
 LIMIT = 2
