@@ -218,6 +218,8 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel_id bigint;
+    v_head_ms bigint;
+    v_hint_ms bigint;
     v_seen bigint[] := '{}';
     v_busy bigint[] := '{}';
     v_refreshed integer := 0;
@@ -231,16 +233,29 @@ BEGIN
         CONTINUE WHEN v_channel_id = ANY (v_seen);
         v_seen := v_seen || v_channel_id;
         -- Lock order: the channel's advisory lock (shared), then its row.
-        PERFORM 1 FROM lonnymq.channel c
+        SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
         WHERE c.id = v_channel_id
           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
                                                           lonnymq._channel_lock_key(c.queue_id, c.name))
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
-            -- Delete first, refresh second: every message whose hint goes was
-            -- committed before the refresh's snapshot, so the refresh sees it.
-            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms;
-            PERFORM lonnymq._channel_refresh(v_channel_id);
+            -- The head only has to be a lower bound of the earliest unlocked
+            -- message: the earliest deleted hint is one for the new messages.
+            -- In a backlog it is rarely earlier than the head: then the
+            -- channel row is not touched at all.
+            WITH spent AS (
+                DELETE FROM lonnymq.channel_hint h
+                WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms
+                RETURNING h.dequeue_ms)
+            SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
+            IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
+                UPDATE lonnymq.channel c
+                SET head_ms = least(c.head_ms, v_hint_ms),
+                    ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
+                                                 c.release_interval_ms, c.locked_count, c.max_concurrency,
+                                                 c.turn_seq)
+                WHERE c.id = v_channel_id;
+            END IF;
             v_refreshed := v_refreshed + 1;
             EXIT WHEN v_refreshed >= p_limit;
         ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
