@@ -1,29 +1,6 @@
 -- message_create and message_create_batch: statuses, ordering, dedup,
 -- idempotency, and every invalid argument (22023, nothing changed).
-\set VERBOSITY terse
-SET client_min_messages = warning;
-DROP EXTENSION IF EXISTS lonnymq CASCADE;
-CREATE EXTENSION lonnymq;
-RESET client_min_messages;
-
--- Runs a statement and reports its SQLSTATE and message instead of failing.
-CREATE FUNCTION pg_temp.try(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
--- A fingerprint of all queue state: equal before and after means nothing changed.
-CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
-    SELECT md5(concat_ws('|',
-        (SELECT string_agg(m::text, ',' ORDER BY m.id) FROM lonnymq.message m),
-        (SELECT string_agg(c::text, ',' ORDER BY c.id) FROM lonnymq.channel c),
-        (SELECT string_agg(q::text, ',' ORDER BY q.id) FROM lonnymq.queue q),
-        (SELECT string_agg(h::text, ',' ORDER BY h::text) FROM lonnymq.channel_hint h),
-        (SELECT string_agg(b::text, ',') FROM lonnymq.batch b),
-        (SELECT string_agg(a::text, ',' ORDER BY a.id) FROM lonnymq.message_archive a)))
-$$;
+\i test/prelude.psql
 
 -- Happy path: a channel message and a channel-less one.
 SELECT * FROM lonnymq.message_create('emails', 'tenant-a', 'hello');

@@ -1,18 +1,7 @@
 -- message_dequeue: scheduling, order within a channel, priority, exact
 -- round-robin, fairness against back-dated and priority floods, channel-less
 -- turns, concurrency and rate limits, batches, and invalid arguments.
-\set VERBOSITY terse
-SET client_min_messages = warning;
-DROP EXTENSION IF EXISTS lonnymq CASCADE;
-CREATE EXTENSION lonnymq;
-RESET client_min_messages;
-CREATE FUNCTION pg_temp.try(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
+\i test/prelude.psql
 -- Dequeues n messages one call at a time and completes each: the sequence of
 -- (channel:content) a single worker would see.
 CREATE FUNCTION pg_temp.drain(p_queue text, p_n integer) RETURNS text LANGUAGE plpgsql AS $$

@@ -1,23 +1,6 @@
 -- complete, complete_batch, defer, heartbeat, fail, cancel: every status,
 -- the fencing token, lock expiry and recovery, max_attempts dead-lettering.
-\set VERBOSITY terse
-SET client_min_messages = warning;
-DROP EXTENSION IF EXISTS lonnymq CASCADE;
-CREATE EXTENSION lonnymq;
-RESET client_min_messages;
-CREATE FUNCTION pg_temp.try(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
-CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
-    SELECT md5(concat_ws('|',
-        (SELECT string_agg(m::text, ',' ORDER BY m.id) FROM lonnymq.message m),
-        (SELECT string_agg(c::text, ',' ORDER BY c.id) FROM lonnymq.channel c),
-        (SELECT string_agg(a::text, ',' ORDER BY a.id) FROM lonnymq.message_archive a)))
-$$;
+\i test/prelude.psql
 -- Sleeps just past a lock of p_ms milliseconds: lock expiry without timing races.
 CREATE FUNCTION pg_temp.expire(p_ms integer) RETURNS void LANGUAGE sql AS $$
     SELECT pg_sleep((p_ms + 20) / 1000.0)

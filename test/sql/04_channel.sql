@@ -1,23 +1,6 @@
 -- channel_set, channel_delete, the idle sweep, capacity (max_size),
 -- retain_completed, archive_requeue and archive_prune.
-\set VERBOSITY terse
-SET client_min_messages = warning;
-DROP EXTENSION IF EXISTS lonnymq CASCADE;
-CREATE EXTENSION lonnymq;
-RESET client_min_messages;
-CREATE FUNCTION pg_temp.try(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
-CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
-    SELECT md5(concat_ws('|',
-        (SELECT string_agg(m::text, ',' ORDER BY m.id) FROM lonnymq.message m),
-        (SELECT string_agg(c::text, ',' ORDER BY c.id) FROM lonnymq.channel c),
-        (SELECT string_agg(a::text, ',' ORDER BY a.id) FROM lonnymq.message_archive a)))
-$$;
+\i test/prelude.psql
 
 -- channel_set returns the channel row; calling it again updates the policy.
 SELECT name, explicit, max_concurrency, release_interval_ms, max_size, max_attempts, retain_completed, locked_count

@@ -1,10 +1,6 @@
 -- The inspection views, wait_hint_ms, and verify() catching each kind of
 -- broken invariant (broken here on purpose, as superuser).
-\set VERBOSITY terse
-SET client_min_messages = warning;
-DROP EXTENSION IF EXISTS lonnymq CASCADE;
-CREATE EXTENSION lonnymq;
-RESET client_min_messages;
+\i test/prelude.psql
 
 -- Two messages delivered first (the only two), then more queued behind them.
 SELECT count(*) FROM lonnymq.message_create_batch('shop', ARRAY['b', NULL], ARRAY['urgent', '4']::bytea[]);
