@@ -16,16 +16,6 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since the epoch.';
 
--- Exact conversion (no floating point) from milliseconds to timestamptz.
-CREATE FUNCTION lonnymq._to_timestamptz(p_ms bigint) RETURNS timestamptz
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN 'epoch'::timestamptz + p_ms * '1 millisecond'::interval;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._to_timestamptz(bigint) IS 'Milliseconds since the epoch as timestamptz.';
-
 -- Milliseconds of a caller-supplied timestamp; infinities are rejected because
 -- they cannot be scheduled and would poison the integer ordering.
 CREATE FUNCTION lonnymq._ms_of(p_at timestamptz, p_argument text) RETURNS bigint

@@ -4,9 +4,11 @@
 -- always message row, then channel row.
 -- ===========================================================================
 
--- Validates the (id, num_attempts) pair every settle call takes.
-CREATE FUNCTION lonnymq._check_delivery(p_id bigint, p_num_attempts bigint) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+-- Validates a delivery reference (22023) and locks its message. Returns it
+-- when the caller holds the current delivery; otherwise a status
+-- (not_found, state_invalid) in p_status.
+CREATE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_id IS NULL THEN
@@ -15,16 +17,6 @@ BEGIN
     IF p_num_attempts IS NULL OR p_num_attempts < 1 THEN
         PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
     END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._check_delivery(bigint, bigint) IS 'Validates a delivery reference.';
-
--- Locks the message of a delivery. Returns it when the caller holds the
--- current delivery; otherwise a status (not_found, state_invalid) in p_status.
-CREATE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
     SELECT m.* INTO p_message FROM lonnymq.message m WHERE m.id = p_id FOR UPDATE;
     IF p_message.id IS NULL THEN
         p_status := 'not_found';
@@ -34,7 +26,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Locks a message and checks the fencing token.';
+COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
 CREATE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
@@ -43,7 +35,6 @@ AS $$
 DECLARE
     v_lock record;
 BEGIN
-    PERFORM lonnymq._check_delivery(message_complete.id, message_complete.num_attempts);
     v_lock := lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);
     IF v_lock.p_status IS NOT NULL THEN
         RETURN v_lock.p_status;
@@ -75,9 +66,13 @@ BEGIN
     IF pg_catalog.cardinality(message_complete_batch.ids) > 100000 THEN
         PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
     END IF;
-    FOR i IN 1 .. pg_catalog.cardinality(message_complete_batch.ids) LOOP
-        PERFORM lonnymq._check_delivery(message_complete_batch.ids[i], message_complete_batch.num_attempts[i]);
-    END LOOP;
+    -- Every element is checked before anything is locked or changed.
+    IF pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL THEN
+        PERFORM lonnymq._invalid('id must not be NULL');
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_complete_batch.num_attempts) n WHERE n IS NULL OR n < 1) THEN
+        PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
+    END IF;
 
     PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
     ORDER BY m.id FOR UPDATE;
@@ -124,7 +119,6 @@ DECLARE
     v_queue text;
     v_channel lonnymq.channel;
 BEGIN
-    PERFORM lonnymq._check_delivery(message_defer.id, message_defer.num_attempts);
     IF message_defer.delay_ms IS NULL OR message_defer.delay_ms < 0 OR message_defer.delay_ms > 315576000000000 THEN
         PERFORM lonnymq._invalid('delay_ms must be between 0 and 10000 years');
     END IF;
@@ -175,7 +169,6 @@ AS $$
 DECLARE
     v_lock record;
 BEGIN
-    PERFORM lonnymq._check_delivery(message_heartbeat.id, message_heartbeat.num_attempts);
     IF message_heartbeat.lock_ms IS NULL OR message_heartbeat.lock_ms < 1
        OR message_heartbeat.lock_ms > 31557600000000 THEN
         PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
@@ -202,7 +195,6 @@ DECLARE
     v_lock record;
     v_queue text;
 BEGIN
-    PERFORM lonnymq._check_delivery(message_fail.id, message_fail.num_attempts);
     v_lock := lonnymq._lock_delivery(message_fail.id, message_fail.num_attempts);
     IF v_lock.p_status IS NOT NULL THEN
         RETURN v_lock.p_status;

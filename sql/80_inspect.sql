@@ -4,7 +4,7 @@
 -- on a view shows its rows without opening the tables underneath. Functions
 -- inside a view run with the reader's rights, though: the views therefore use
 -- pg_catalog expressions only, never the revoked lonnymq helpers.
--- (2^48 ms is _priority_step_ms(); epoch arithmetic is _to_timestamptz().)
+-- (2^48 ms is _priority_step_ms(), the distance between priority levels.)
 -- ===========================================================================
 
 CREATE VIEW lonnymq.messages AS
