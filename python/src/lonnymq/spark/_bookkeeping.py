@@ -10,6 +10,9 @@ The extension knows nothing about Spark; what Spark needs on top of it lives her
 - ``stream_batch`` / ``stream_delivery``: the messages a streaming query dequeued into each
   micro-batch (a copy, so a replayed batch reads exactly the same rows), deleted when the
   batch commits and the messages are completed.
+- ``read_snapshot``: the snapshots of batch reads with ``num_partitions > 1``: one UNLOGGED
+  table ``lonnymq_spark.read_<id>`` each, a copy of the rows the read returns, which every
+  task reads its range of; dropped once unread for the read's ``snapshot_retention_s``.
 
 Created on first use under a transaction-level advisory lock (concurrent first users would
 otherwise race on the catalog); an administrator may run ``install(dsn)`` beforehand so that
@@ -91,6 +94,20 @@ CREATE TABLE IF NOT EXISTS lonnymq_spark.stream_delivery (
 );
 COMMENT ON TABLE lonnymq_spark.stream_delivery IS
     'Deliveries of uncommitted micro-batches: replayed batches read them, commit completes them.';
+
+CREATE TABLE IF NOT EXISTS lonnymq_spark.read_snapshot (
+    read_id text PRIMARY KEY,
+    relation text NOT NULL,
+    source text NOT NULL,
+    queue text,
+    rows bigint NOT NULL,
+    partitions integer NOT NULL,
+    retention_s integer NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_read_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE lonnymq_spark.read_snapshot IS
+    'Snapshots of Spark batch reads (table relation here), dropped once unread for retention_s.';
 """
 
 
@@ -101,7 +118,8 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
 
 def ensure_installed(conn: psycopg.Connection[Any]) -> None:
     """Creates the bookkeeping schema unless it already exists (no privilege needed then)."""
-    row = conn.execute("SELECT pg_catalog.to_regclass('lonnymq_spark.stream_delivery')").fetchone()
+    # The newest table: an older install lacks it, and the DDL below only adds what is missing.
+    row = conn.execute("SELECT pg_catalog.to_regclass('lonnymq_spark.read_snapshot')").fetchone()
     if row is not None and row[0] is not None:
         return
     with conn.transaction():

@@ -15,6 +15,8 @@ TABLES = ("message", "channel", "message_archive")
 # message_dequeue at most 10000 per call.
 MAX_CHUNK_ROWS = 100_000
 MAX_MESSAGES_PER_BATCH = 100_000
+# A read snapshot kept unread for longer than 30 days is surely forgotten.
+MAX_SNAPSHOT_RETENTION_S = 30 * 86_400
 
 
 class OptionError(ValueError):
@@ -54,6 +56,7 @@ class Options:
     heartbeat_ms: int
     chunk_rows: int
     poll_ms: int
+    snapshot_retention_s: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -89,6 +92,9 @@ class Options:
             heartbeat_ms=_int(opts, "heartbeat_ms", max(lock_ms // 3, 100), 100, lock_ms),
             chunk_rows=_int(opts, "chunk_rows", 10_000, 1, MAX_CHUNK_ROWS),
             poll_ms=_int(opts, "poll_ms", 200, 0, 60_000),
+            snapshot_retention_s=_int(
+                opts, "snapshot_retention_s", 3_600, 0, MAX_SNAPSHOT_RETENTION_S
+            ),
         )
 
     def require_queue(self) -> str:

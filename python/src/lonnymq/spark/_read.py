@@ -6,20 +6,31 @@ Reads the extension's stable inspection relations, never its tables:
 - ``channel``         -> ``lonnymq.channel_stats``   (policy and counters per channel)
 - ``message_archive`` -> ``lonnymq.message_archive`` (terminal messages)
 
-The driver fixes the id bounds once (``min(id)``, ``max(id)``) and splits them into
-``num_partitions`` ranges; each task reads its range in one REPEATABLE READ, READ ONLY
-transaction with a server-side cursor. ``channel_stats`` has no id: its rows are split by a
-hash of (queue, channel) instead.
+``num_partitions = 1``: the one task reads the relation in one REPEATABLE READ, READ ONLY
+transaction, which is a consistent snapshot by itself.
+
+``num_partitions > 1``: tasks cannot share one PostgreSQL snapshot (an exported snapshot
+lives only as long as the transaction that exported it, and nothing on the driver side
+lives as long as the job). So planning copies the selected rows, in one statement, into an
+UNLOGGED table ``lonnymq_spark.read_<id>`` numbered 1..n in id order, and each task reads
+its range of row numbers from it. Every task, retried or speculative attempt, and every
+later action on the same DataFrame (Spark plans a ``load()`` once and reuses that plan)
+reads the same rows. A snapshot is dropped when a later read is planned after it went unread
+for its ``snapshot_retention_s``; reading it after that fails with ``SnapshotError``.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg import errors, sql
+
 from . import _bookkeeping
-from ._options import Options
+from ._options import OptionError, Options
 
 MESSAGE_SCHEMA = (
     "id bigint, queue string, channel string, content binary, state binary, "
@@ -43,6 +54,12 @@ RELATIONS = {
     "channel": "lonnymq.channel_stats",
     "message_archive": "lonnymq.message_archive",
 }
+# A total order of each relation: row numbers, and the order rows come out of a task.
+ORDER = {"message": ("id",), "channel": ("queue", "channel"), "message_archive": ("id",)}
+
+
+class SnapshotError(RuntimeError):
+    """The snapshot of a batch read is gone or damaged: ``load()`` the DataFrame again."""
 
 
 def columns(table: str) -> list[str]:
@@ -50,63 +67,213 @@ def columns(table: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Range:
-    """One read task: ids in [low, high], or hash bucket ``bucket`` of ``buckets``."""
+class Snapshot:
+    """The copy a multi-partition read was planned on; pickled into every task."""
+
+    read_id: str
+    table: str  # in schema lonnymq_spark
+    planned_at: str
+    retention_s: int
+
+
+@dataclass(frozen=True)
+class Part:
+    """One read task: rows ``low..high`` of ``snapshot``; without a snapshot, the whole
+    live relation (``num_partitions = 1``), or nothing (``empty``: the snapshot had no rows).
+    """
 
     index: int
-    low: int | None = None
-    high: int | None = None
-    bucket: int | None = None
-    buckets: int | None = None
+    snapshot: Snapshot | None = None
+    low: int = 1
+    high: int = 0
+    empty: bool = False
 
 
-def plan(opts: Options) -> list[Range]:
-    n = opts.num_partitions
-    if opts.table == "channel":
-        return [Range(i, bucket=i, buckets=n) for i in range(n)]
-    relation = RELATIONS[opts.table]
-    where, params = _queue_filter(opts)
-    with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
+def plan(opts: Options) -> list[Part]:
+    """Runs once per ``load()``, when Spark first plans the read (in a planner worker)."""
+    if opts.num_partitions == 1:
+        return [Part(0)]
+    try:
+        with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
+            _bookkeeping.ensure_installed(conn)
+            drop_expired_snapshots(conn)
+            return _take_snapshot(conn, opts)
+    except errors.ReadOnlySqlTransaction as e:
+        raise OptionError(
+            "num_partitions > 1 copies a snapshot on the server, which a read-only server"
+            " (a hot standby) cannot do: read with num_partitions=1 there"
+        ) from e
+
+
+def _take_snapshot(conn: psycopg.Connection[Any], opts: Options) -> list[Part]:
+    read_id = uuid.uuid4().hex
+    table = f"read_{read_id}"
+    target = sql.Identifier(_bookkeeping.SCHEMA, table)
+    order = sql.SQL(", ").join(sql.Identifier(c) for c in ORDER[opts.table])
+    snapshot: Snapshot | None = None
+    with conn.transaction():
+        # One statement, so one snapshot of the source. The outer ORDER BY stores the rows in
+        # row-number order: a task's range is then a run of adjacent pages.
+        rows = conn.execute(
+            sql.SQL(
+                "CREATE UNLOGGED TABLE {target} AS SELECT pg_catalog.row_number() OVER"
+                " (ORDER BY {order}) AS _row, {columns} FROM {source} {where} ORDER BY {order}"
+            ).format(
+                target=target,
+                order=order,
+                columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns(opts.table)),
+                source=sql.Identifier(*RELATIONS[opts.table].split(".")),
+                # A literal, not a parameter: utility statements (CREATE TABLE AS) take none.
+                where=_queue_filter(opts),
+            )
+        ).rowcount
+        if rows <= 0:
+            # Nothing to read, nothing to keep: one task that returns no row.
+            raise psycopg.Rollback()
+        conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (_row)").format(target))
+        # Statistics (a sample, cheap): tasks then walk the index in order instead of
+        # sorting their range, which could spill to disk for large contents.
+        conn.execute(sql.SQL("ANALYZE {}").format(target))
+        # In the same transaction as the table: no snapshot without its bookkeeping row.
         row = conn.execute(
-            f"SELECT pg_catalog.min(id), pg_catalog.max(id) FROM {relation} {where}", params
+            "INSERT INTO lonnymq_spark.read_snapshot"
+            " (read_id, relation, source, queue, rows, partitions, retention_s)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING created_at::text",
+            (
+                read_id,
+                table,
+                RELATIONS[opts.table],
+                opts.queue,
+                rows,
+                opts.num_partitions,
+                opts.snapshot_retention_s,
+            ),
         ).fetchone()
-    if row is None or row[0] is None:
-        return [Range(0, low=1, high=0)]  # empty: one task that reads nothing
-    low, high = int(row[0]), int(row[1])
-    step = max(1, -(-(high - low + 1) // n))  # ceiling division
-    ranges: list[Range] = []
-    start = low
-    while start <= high:
-        ranges.append(Range(len(ranges), low=start, high=min(high, start + step - 1)))
-        start += step
-    return ranges
+        assert row is not None
+        snapshot = Snapshot(read_id, table, row[0], opts.snapshot_retention_s)
+    if snapshot is None:
+        return [Part(0, empty=True)]
+    step = -(-rows // opts.num_partitions)  # ceiling division: at most num_partitions ranges
+    return [
+        Part(i, snapshot, low=low, high=min(rows, low + step - 1))
+        for i, low in enumerate(range(1, rows + 1, step))
+    ]
 
 
-def _queue_filter(opts: Options) -> tuple[str, list[Any]]:
+def _queue_filter(opts: Options) -> sql.Composable:
     if opts.queue:
-        return "WHERE queue = %s", [opts.queue]
-    return "WHERE true", []
+        return sql.SQL("WHERE queue = {}").format(sql.Literal(opts.queue))
+    return sql.SQL("")
 
 
-def read(opts: Options, part: Range) -> Iterator[tuple[Any, ...]]:
-    relation = RELATIONS[opts.table]
-    where, params = _queue_filter(opts)
-    if part.bucket is not None:
-        where += (
-            " AND pg_catalog.abs(pg_catalog.hashtext(coalesce(queue, '') || '/'"
-            " || coalesce(channel, '')) %% %s) = %s"
-        )
-        params += [part.buckets, part.bucket]
-        order = "queue, channel"
+def drop_expired_snapshots(conn: psycopg.Connection[Any]) -> int:
+    """Drops the snapshots unread for longer than their retention; returns how many.
+
+    Race-free against tasks: a task first moves ``last_read_at`` (so a snapshot in use does
+    not expire), then reads under an ACCESS SHARE lock, which the NOWAIT below respects.
+    SKIP LOCKED leaves a snapshot another planner is dropping, or a task is touching, alone.
+    """
+    dropped = 0
+    with conn.transaction():
+        expired = conn.execute(
+            "SELECT read_id, relation FROM lonnymq_spark.read_snapshot"
+            " WHERE last_read_at + retention_s * interval '1 second' <= pg_catalog.now()"
+            " ORDER BY last_read_at FOR UPDATE SKIP LOCKED"
+        ).fetchall()
+        for read_id, relation in expired:
+            target = sql.Identifier(_bookkeeping.SCHEMA, relation)
+            try:
+                # A savepoint each: one snapshot that cannot go now does not keep the others.
+                with conn.transaction():
+                    exists = conn.execute(
+                        "SELECT pg_catalog.to_regclass(%s) IS NOT NULL",
+                        (f"{_bookkeeping.SCHEMA}.{relation}",),
+                    ).fetchone()
+                    if exists is not None and exists[0]:
+                        conn.execute(
+                            sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(target)
+                        )
+                        conn.execute(sql.SQL("DROP TABLE {}").format(target))
+                    conn.execute(
+                        "DELETE FROM lonnymq_spark.read_snapshot WHERE read_id = %s", (read_id,)
+                    )
+                    dropped += 1
+            except (errors.LockNotAvailable, errors.InsufficientPrivilege):
+                # Still being read (a read longer than the retention), or another role's
+                # snapshot that only its owner may drop: left to a later planning.
+                continue
+    return dropped
+
+
+def read(opts: Options, part: Part) -> Iterator[tuple[Any, ...]]:
+    if part.empty:
+        return
+    if part.snapshot is None:
+        yield from _read_live(opts)
     else:
-        where += " AND id BETWEEN %s AND %s"
-        params += [part.low, part.high]
-        order = "id"
-    query = f"SELECT {', '.join(columns(opts.table))} FROM {relation} {where} ORDER BY {order}"
+        yield from _read_snapshot(opts, part, part.snapshot)
+
+
+def _read_live(opts: Options) -> Iterator[tuple[Any, ...]]:
+    query = sql.SQL("SELECT {columns} FROM {source} {where} ORDER BY {order}").format(
+        columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns(opts.table)),
+        source=sql.Identifier(*RELATIONS[opts.table].split(".")),
+        where=_queue_filter(opts),
+        order=sql.SQL(", ").join(sql.Identifier(c) for c in ORDER[opts.table]),
+    )
     with _bookkeeping.connect(opts.dsn) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         with conn.cursor(name="lonnymq_spark_read") as cur:
             cur.itersize = 5000
-            cur.execute(query, params)
+            cur.execute(query)
             for row in cur:
                 yield tuple(row)
+
+
+def _read_snapshot(opts: Options, part: Part, snap: Snapshot) -> Iterator[tuple[Any, ...]]:
+    gone = SnapshotError(
+        f"the snapshot of this lonnymq read (read_id {snap.read_id}, planned at"
+        f" {snap.planned_at}) was dropped: snapshots unread for snapshot_retention_s"
+        f" ({snap.retention_s} s) are dropped when a later read is planned. load() the"
+        " DataFrame again to read the current state"
+    )
+    query = sql.SQL(
+        "SELECT {columns} FROM {target} WHERE _row BETWEEN %s AND %s ORDER BY _row"
+    ).format(
+        columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns(opts.table)),
+        target=sql.Identifier(_bookkeeping.SCHEMA, snap.table),
+    )
+    with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
+        # Its own short transaction: tasks touching the row together do not queue behind
+        # each other's reads. A snapshot in use thus never expires.
+        touched = conn.execute(
+            "UPDATE lonnymq_spark.read_snapshot SET last_read_at = pg_catalog.now()"
+            " WHERE read_id = %s RETURNING true",
+            (snap.read_id,),
+        ).fetchone()
+        if touched is None:
+            raise gone
+        returned = 0
+        with conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
+            with conn.cursor(name="lonnymq_spark_read") as cur:
+                cur.itersize = 5000
+                try:
+                    # Takes the ACCESS SHARE lock that keeps a planner from dropping the
+                    # table under the cursor; it may have been dropped just before.
+                    cur.execute(query, (part.low, part.high))
+                except errors.UndefinedTable:
+                    raise gone from None
+                for row in cur:
+                    returned += 1
+                    yield tuple(row)
+        expected = part.high - part.low + 1
+        if returned != expected:
+            # The table is UNLOGGED: a server crash empties it, and it would read as empty.
+            # Emptied means no row at all, so this fails before any row went to Spark.
+            raise SnapshotError(
+                f"the snapshot of this lonnymq read (read_id {snap.read_id}) returned {returned}"
+                f" rows for rows {part.low}..{part.high}, expected {expected}: it lost its"
+                " rows (an unlogged table is emptied by a server crash). load() the"
+                " DataFrame again"
+            )

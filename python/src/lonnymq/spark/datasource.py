@@ -61,8 +61,8 @@ class LonnymqDataSource(ds.DataSource):
 # --- batch read ----------------------------------------------------------------------------
 
 
-class IdRange(ds.InputPartition):
-    def __init__(self, part: _read.Range) -> None:
+class ReadPartition(ds.InputPartition):
+    def __init__(self, part: _read.Part) -> None:
         super().__init__(part.index)
         self.part = part
 
@@ -71,11 +71,14 @@ class LonnymqReader(ds.DataSourceReader):
     def __init__(self, opts: Options) -> None:
         self.opts = opts
 
-    def partitions(self) -> list[IdRange]:
-        return [IdRange(p) for p in _read.plan(self.opts)]
+    def partitions(self) -> list[ReadPartition]:
+        # Spark calls this once per load(), in a planner worker, and reuses the result for
+        # every action on the DataFrame: what a task needs travels in the partitions, as the
+        # reader was pickled for the tasks before this ran.
+        return [ReadPartition(p) for p in _read.plan(self.opts)]
 
     def read(self, partition: ds.InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, IdRange)
+        assert isinstance(partition, ReadPartition)
         return _read.read(self.opts, partition.part)
 
 
