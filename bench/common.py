@@ -101,7 +101,7 @@ def machine() -> dict[str, Any]:
 
 def pgbench(script: str, clients: int, seconds: float, defines: dict[str, Any],
             synchronous_commit: str, rate: float | None = None,
-            progress: int | None = None) -> subprocess.Popen[str]:
+            progress: int | None = None, settings: str = "") -> subprocess.Popen[str]:
     """Starts pgbench on one script of bench/pgbench (prepared statements, no vacuum)."""
     args = [str(PGBIN / "pgbench"), "-n", "-M", "prepared", "-h", HOST, "-p", str(PORT),
             "-U", "postgres", "-c", str(clients), "-j", "1", "-T", str(int(seconds)),
@@ -113,7 +113,7 @@ def pgbench(script: str, clients: int, seconds: float, defines: dict[str, Any],
     if progress is not None:
         args += ["-P", str(progress)]
     args.append(DATABASE)
-    env = dict(os.environ, PGOPTIONS=f"-c synchronous_commit={synchronous_commit}")
+    env = dict(os.environ, PGOPTIONS=f"-c synchronous_commit={synchronous_commit} {settings}".strip())
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

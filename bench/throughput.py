@@ -27,6 +27,12 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "w4_batches": {"channels": 100, "batch": 100},
 }
 SYSTEMS = ("floor", "lonnymq")
+# A diagnostic variant, run for workload 1 only: lonnymq with its NOTIFY events
+# off. The floor sends none; in PostgreSQL 15 every notifying commit holds a
+# cluster-wide lock through its WAL flush, so this row shows what the events
+# cost. The goals are judged on the default (events on).
+NOTIFY_OFF = "lonnymq_notify_off"
+NOTIFY_OFF_WORKLOADS = ("w1_lifecycle",)
 
 
 def _scripts(system: str, batch: int) -> tuple[str, str]:
@@ -61,18 +67,20 @@ def _seed(conn: Any, system: str, channels: int) -> None:
 def run_once(system: str, workload: str, synchronous_commit: str, seconds: float,
              capture_statements: bool = False) -> dict[str, Any]:
     spec = WORKLOADS[workload]
-    create, consume = _scripts(system, spec["batch"])
+    settings = "-c lonnymq.notify=off" if system == NOTIFY_OFF else ""
+    base = "lonnymq" if system == NOTIFY_OFF else system
+    create, consume = _scripts(base, spec["batch"])
     defines = {"nchannels": spec["channels"], "payload": PAYLOAD, "batch": spec["batch"]}
     with connect() as conn:
-        _seed(conn, system, spec["channels"])
-        before = _live(conn, system)
+        _seed(conn, base, spec["channels"])
+        before = _live(conn, base)
         if capture_statements:
             conn.execute("SELECT pg_stat_statements_reset()")
-        producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit)
-        consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit)
+        producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit, settings=settings)
+        consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit, settings=settings)
         produced = pgbench_result(producers)
         consumed = pgbench_result(consumers)
-        after = _live(conn, system)
+        after = _live(conn, base)
         statements = _top_statements(conn) if capture_statements else None
     created = produced["transactions"] * spec["batch"]
     completed = before + created - after
@@ -121,7 +129,8 @@ def run(rounds: int, seconds: float, workloads: list[str]) -> dict[str, Any]:
         for workload in workloads:
             for sync in ("on", "off"):
                 # Alternate which system goes first, so neither always inherits the other's wake.
-                order = SYSTEMS if (r % 2 == 0) else tuple(reversed(SYSTEMS))
+                systems = SYSTEMS + ((NOTIFY_OFF,) if workload in NOTIFY_OFF_WORKLOADS else ())
+                order = systems if (r % 2 == 0) else tuple(reversed(systems))
                 for system in order:
                     capture = (r == rounds - 1 and sync == "on")
                     result = run_once(system, workload, sync, seconds, capture_statements=capture)
@@ -137,7 +146,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     keys = sorted({(r["workload"], r["synchronous_commit"]) for r in runs})
     for workload, sync in keys:
         entry: dict[str, Any] = {}
-        for system in SYSTEMS:
+        for system in SYSTEMS + (NOTIFY_OFF,):
             sel = [r for r in runs if r["workload"] == workload
                    and r["synchronous_commit"] == sync and r["system"] == system]
             if not sel:
@@ -161,5 +170,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     per_round.append(q[0] / f[0])
             entry["ratio_per_round"] = [round(x, 3) for x in per_round]
             entry["ratio_median_of_rounds"] = median(per_round)
+        if "floor" in entry and NOTIFY_OFF in entry and entry["floor"]["messages_per_s"]:
+            entry["ratio_notify_off"] = entry[NOTIFY_OFF]["messages_per_s"] / entry["floor"]["messages_per_s"]
         summary[f"{workload}/sync_{sync}"] = entry
     return summary

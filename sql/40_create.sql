@@ -178,6 +178,7 @@ DECLARE
     v_ids bigint[] := '{}';
     v_previous bigint[];
     v_result record;
+    v_names text[];
     v_name text;
     v_bad timestamptz;
     i integer;
@@ -213,7 +214,11 @@ BEGIN
     IF pg_catalog.array_position(message_create_batch.contents, NULL) IS NOT NULL THEN
         PERFORM lonnymq._invalid('content must not be NULL');
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.channels) n
+    -- The distinct channel names, once: the name check and every later
+    -- channel lookup walk this short list, never the batch-long array.
+    SELECT coalesce(pg_catalog.array_agg(DISTINCT n ORDER BY n), '{}') INTO v_names
+    FROM pg_catalog.unnest(message_create_batch.channels) AS n WHERE n IS NOT NULL;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_names) n
                WHERE pg_catalog.length(n) = 0 OR pg_catalog.length(n) > 256) THEN
         PERFORM lonnymq._invalid('channels element must be 1 to 256 characters long');
     END IF;
@@ -236,34 +241,28 @@ BEGIN
         IF NOT FOUND THEN
             SELECT b.message_ids INTO v_previous FROM lonnymq.batch b
             WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
-            FOR i IN 1 .. v_count LOOP
-                status := 'duplicate_batch';
-                id := v_previous[i];
-                RETURN NEXT;
-            END LOOP;
+            RETURN QUERY SELECT 'duplicate_batch'::text, v_previous[g]
+                         FROM pg_catalog.generate_series(1, v_count) AS g;
             RETURN;
         END IF;
     END IF;
 
     -- New channels pay for the sweep of idle ones, once, before any is taken.
-    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.channels) AS n
-               WHERE n IS NOT NULL AND NOT EXISTS (
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_names) AS n
+               WHERE NOT EXISTS (
                    SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
     -- Take every channel (creating new ones) in name order first: two batches
     -- that create the same new channels then cannot wait on each other in a cycle.
-    FOR v_name IN
-        SELECT DISTINCT n FROM pg_catalog.unnest(message_create_batch.channels) AS n
-        WHERE n IS NOT NULL ORDER BY n
-    LOOP
+    FOREACH v_name IN ARRAY v_names LOOP
         PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
     END LOOP;
     v_now_ms := lonnymq._now_ms();
 
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
         IF NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                       WHERE c.queue_id = v_queue_id AND c.name = ANY (message_create_batch.channels)
+                       WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
                          AND c.max_size IS NOT NULL) THEN
             -- The set-based path. Ids follow input order (the INSERT draws them
             -- in ORDER BY order), so sorting them restores the input order.
@@ -286,11 +285,7 @@ BEGIN
                 GROUP BY k.channel_id
             )
             SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
-            FOR i IN 1 .. v_count LOOP
-                status := 'created';
-                id := v_ids[i];
-                RETURN NEXT;
-            END LOOP;
+            RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);
             IF v_count > 0 THEN
                 PERFORM lonnymq._notify('lonnymq', message_create_batch.queue, 'created');
             END IF;
@@ -307,7 +302,7 @@ BEGIN
     PERFORM 1 FROM lonnymq.channel_admission a
     WHERE a.channel_id IN (
         SELECT c.id FROM lonnymq.channel c
-        WHERE c.queue_id = v_queue_id AND c.name = ANY (message_create_batch.channels))
+        WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names))
     ORDER BY a.channel_id
     FOR UPDATE;
     FOR i IN 1 .. v_count LOOP

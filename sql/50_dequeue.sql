@@ -41,6 +41,18 @@ DECLARE
     v_seq bigint;
     v_free_ms bigint;            -- scheduling key of the channel-less messages
     v_free_exhausted boolean := false;
+    v_recovery_exhausted boolean := false;
+    v_candidates lonnymq.channel[] := '{}';  -- free channels this call holds, fairest first
+    v_rounds_short boolean := false;         -- a round found fewer free channels than needed
+    v_served bigint[] := '{}';               -- channels whose turn this call recorded
+    -- Per channel taken from in this call: the (dequeue_ms, id) of the last
+    -- message taken, so the next probe starts after it instead of walking
+    -- past this call's own claims again.
+    v_after_channels bigint[] := '{}';
+    v_after_ms bigint[] := '{}';
+    v_after_ids bigint[] := '{}';
+    v_after integer;
+    v_shared lonnymq.channel;                -- the held channel this call shares
     v_has_channels boolean;
     v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
     v_tried bigint[] := '{}';    -- channels found busy or stale in this call
@@ -78,12 +90,17 @@ BEGIN
         BEGIN
             -- 1. Recovery: a lock that expired is redelivered before fresh work.
             --    Its channel slot is still counted, so limits are unaffected.
-            SELECT m.* INTO v_message FROM lonnymq.message m
-            WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
-              AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
-            ORDER BY m.locked_until_ms, m.id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED;
+            --    Once none is found, none is looked for again in this call: a
+            --    lock expiring meanwhile is served by the next call.
+            IF NOT v_recovery_exhausted THEN
+                SELECT m.* INTO v_message FROM lonnymq.message m
+                WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
+                  AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
+                ORDER BY m.locked_until_ms, m.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                v_recovery_exhausted := v_message.id IS NULL;
+            END IF;
             IF v_message.id IS NOT NULL THEN
                 v_channel := NULL;
                 IF v_message.channel_id IS NOT NULL THEN
@@ -124,6 +141,8 @@ BEGIN
                   AND m.dequeue_ms <= v_now_ms
                 ORDER BY m.dequeue_ms, m.id
                 LIMIT 1;
+                -- None now: none is looked for again in this call.
+                v_free_exhausted := v_free_ms IS NULL;
             END IF;
 
             -- 3. The channel that has waited longest, if it beats the channel-less
@@ -134,19 +153,51 @@ BEGIN
             v_channel := NULL;
             v_exclusive := false;
             IF v_has_channels THEN
-                -- Lock order: the channel's advisory lock (shared, tried in the
-                -- WHERE clause, which runs before the row lock), then its row.
-                SELECT c.* INTO v_channel FROM lonnymq.channel c
-                WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
-                  AND (v_free_ms IS NULL
-                       OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-                  AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                                  lonnymq._channel_lock_key(c.queue_id, c.name))
-                ORDER BY c.ready_ms, c.turn_seq, c.id
-                LIMIT 1
-                FOR NO KEY UPDATE SKIP LOCKED;
+                -- Free channels are taken a round at a time: one walk of the
+                -- index locks as many as this call still needs, fairest first.
+                -- Serving them in that order is what single dequeues in a row
+                -- do: a channel served gets a key (this turn) after all of
+                -- them, and each still beats the channel-less turn, whose key
+                -- only grows. The next round starts when they are used up.
+                -- Once a round came up short, every other ready channel was
+                -- held by someone else: later rounds look only at the
+                -- channels this call holds, instead of walking past the held
+                -- ones again for every message.
+                IF pg_catalog.cardinality(v_candidates) = 0 AND NOT v_rounds_short THEN
+                    -- Lock order: the channel's advisory lock (shared, tried in the
+                    -- WHERE clause, which runs before the row lock), then its row.
+                    SELECT coalesce(pg_catalog.array_agg(r ORDER BY r.ready_ms, r.turn_seq, r.id), '{}')
+                    INTO v_candidates
+                    FROM (SELECT c.* FROM lonnymq.channel c
+                          WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
+                            AND (v_free_ms IS NULL
+                                 OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                            AND pg_catalog.pg_try_advisory_xact_lock_shared(
+                                    lonnymq._lock_class(), lonnymq._channel_lock_key(c.queue_id, c.name))
+                          ORDER BY c.ready_ms, c.turn_seq, c.id
+                          LIMIT message_dequeue.max_messages - v_delivered
+                          FOR NO KEY UPDATE SKIP LOCKED) r;
+                    -- (Short because of the channel-less turn does not count.)
+                    v_rounds_short := v_free_ms IS NULL
+                        AND pg_catalog.cardinality(v_candidates) < message_dequeue.max_messages - v_delivered;
+                ELSIF pg_catalog.cardinality(v_candidates) = 0 AND pg_catalog.cardinality(v_served) > 0 THEN
+                    -- This call already holds these rows: looked up by id.
+                    SELECT coalesce(pg_catalog.array_agg(c ORDER BY c.ready_ms, c.turn_seq, c.id), '{}')
+                    INTO v_candidates
+                    FROM lonnymq.channel c
+                    WHERE c.id = ANY (v_served) AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried);
+                END IF;
+                IF pg_catalog.cardinality(v_candidates) > 0 THEN
+                    v_channel := v_candidates[1];
+                    v_candidates := v_candidates[2:];
+                END IF;
                 v_exclusive := v_channel.id IS NOT NULL;
-                IF NOT v_exclusive THEN
+                IF NOT v_exclusive AND v_rounds_short AND v_shared.id IS NOT NULL
+                   AND v_shared.id <> ALL (v_tried) THEN
+                    -- Sharing takes no turn, so the channel shared last is still
+                    -- the fairest held one: no need to look it up again.
+                    v_channel := v_shared;
+                ELSIF NOT v_exclusive THEN
                     SELECT c.* INTO v_channel FROM lonnymq.channel c
                     WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
                       AND (v_free_ms IS NULL
@@ -156,6 +207,7 @@ BEGIN
                                                                       lonnymq._channel_lock_key(c.queue_id, c.name))
                     ORDER BY c.ready_ms, c.turn_seq, c.id
                     LIMIT 1;
+                    v_shared := v_channel;
                 END IF;
                 IF v_channel.id IS NULL AND v_free_ms IS NULL THEN
                     -- A busy channel whose new messages only its holder has folded
@@ -173,11 +225,24 @@ BEGIN
             IF v_channel.id IS NOT NULL THEN
                 v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                                   v_channel.max_size);
-                SELECT m.* INTO v_message FROM lonnymq.message m
-                WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-                ORDER BY m.dequeue_ms, m.id
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED;
+                v_after := pg_catalog.array_position(v_after_channels, v_channel.id);
+                IF v_after IS NULL THEN
+                    SELECT m.* INTO v_message FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                ELSE
+                    -- Whatever sorts before the last message taken here is
+                    -- claimed (by this call or, SKIP LOCKED anyway, by others)
+                    -- or arrived since: the next call serves that.
+                    SELECT m.* INTO v_message FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                      AND (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after])
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                END IF;
                 IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
                     -- Nothing to take: the key was stale (a cancel), or every ready
                     -- message is being taken by others. The holder fixes the key.
@@ -204,6 +269,14 @@ BEGIN
                     v_message := NULL;
                     CONTINUE;
                 END IF;
+                IF v_after IS NULL THEN
+                    v_after_channels := v_after_channels || v_channel.id;
+                    v_after_ms := v_after_ms || v_message.dequeue_ms;
+                    v_after_ids := v_after_ids || v_message.id;
+                ELSE
+                    v_after_ms[v_after] := v_message.dequeue_ms;
+                    v_after_ids[v_after] := v_message.id;
+                END IF;
                 v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
                 IF v_exclusive THEN
                     -- Messages others are taking right now still look unlocked here,
@@ -213,6 +286,7 @@ BEGIN
                     ORDER BY m.dequeue_ms, m.id
                     LIMIT 1;
                     v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+                    v_served := v_served || v_channel.id;
                     UPDATE lonnymq.channel c
                     SET locked_count = c.locked_count + v_accounted::integer,
                         last_turn_ms = v_now_ms,

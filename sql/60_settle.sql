@@ -45,17 +45,21 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a delivery: completed, not_found, state_invalid.';
 
--- Completes many deliveries; one (id, status) row per input element. Locks
--- all messages, then all channels, each in id order, so concurrent batches
--- cannot deadlock.
+-- Completes many deliveries; one (id, status) row per input element, as if
+-- each were a message_complete in input order. Locks all messages, then all
+-- channels, each in id order, so concurrent batches cannot deadlock. Then
+-- set-based: statuses in one statement, and messages of shared channels that
+-- keep no completed archive are deleted in one statement; only accounted or
+-- archiving channels go message by message.
 CREATE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_lock record;
-    i integer;
+    v_statuses text[];
+    v_done bigint[];
+    v_message lonnymq.message;
 BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
         PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
@@ -77,7 +81,8 @@ BEGIN
     PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
     ORDER BY m.id FOR UPDATE;
     -- Then the channels whose rows the settles will update (accounted ones),
-    -- each after its advisory lock, in id order.
+    -- each after its advisory lock, in id order. From here on no policy and
+    -- no delivery of these messages can change under this call.
     PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
     ORDER BY c.id;
@@ -86,17 +91,49 @@ BEGIN
       AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
     ORDER BY c.id FOR NO KEY UPDATE;
 
-    FOR i IN 1 .. pg_catalog.cardinality(message_complete_batch.ids) LOOP
-        id := message_complete_batch.ids[i];
-        v_lock := lonnymq._lock_delivery(message_complete_batch.ids[i], message_complete_batch.num_attempts[i]);
-        IF v_lock.p_status IS NOT NULL THEN
-            status := v_lock.p_status;
-        ELSE
-            PERFORM lonnymq._settle_locked(v_lock.p_message, 'completed', NULL);
-            status := 'completed';
-        END IF;
-        RETURN NEXT;
+    -- Statuses as sequential completes would give them: an id repeated in the
+    -- batch is completed by its first element whose attempt is current;
+    -- earlier elements for it are stale (state_invalid), later ones find it
+    -- gone (not_found).
+    WITH input AS (
+        SELECT u.id, u.attempt, u.ord
+        FROM ROWS FROM (pg_catalog.unnest(message_complete_batch.ids),
+                        pg_catalog.unnest(message_complete_batch.num_attempts))
+             WITH ORDINALITY AS u(id, attempt, ord)
+    ), judged AS (
+        SELECT i.ord, i.id, m.id IS NOT NULL AS present,
+               coalesce(m.locked_until_ms IS NOT NULL AND m.num_attempts = i.attempt, false) AS current
+        FROM input i LEFT JOIN lonnymq.message m ON m.id = i.id
+    ), first_current AS (
+        SELECT j.id, pg_catalog.min(j.ord) AS ord FROM judged j WHERE j.current GROUP BY j.id
+    )
+    SELECT pg_catalog.array_agg(CASE WHEN NOT j.present THEN 'not_found'
+                                     WHEN f.ord = j.ord THEN 'completed'
+                                     WHEN f.ord < j.ord THEN 'not_found'
+                                     ELSE 'state_invalid' END ORDER BY j.ord),
+           pg_catalog.array_agg(j.id ORDER BY j.ord) FILTER (WHERE f.ord = j.ord)
+    INTO v_statuses, v_done
+    FROM judged j LEFT JOIN first_current f ON f.id = j.id;
+
+    -- Accounted channels count their slots, archiving ones copy the message:
+    -- those take the single-message path.
+    FOR v_message IN
+        SELECT m.* FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
+        WHERE m.id = ANY (v_done)
+          AND (c.retain_completed
+               OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
+        ORDER BY m.id
+    LOOP
+        PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
     END LOOP;
+    -- Everything else (shared channels, channel-less messages) just goes.
+    DELETE FROM lonnymq.message m WHERE m.id = ANY (v_done);
+
+    RETURN QUERY
+    SELECT u.id, u.status
+    FROM ROWS FROM (pg_catalog.unnest(message_complete_batch.ids), pg_catalog.unnest(v_statuses))
+         WITH ORDINALITY AS u(id, status, ord)
+    ORDER BY u.ord;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_complete_batch(bigint[], bigint[]) IS 'Completes many deliveries.';

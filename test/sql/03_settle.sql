@@ -146,6 +146,31 @@ SELECT * FROM lonnymq.message_complete_batch(
 SELECT count(*) AS still_live FROM lonnymq.messages WHERE queue = 'batch';
 SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'batch' ORDER BY channel;
 
+-- complete_batch mixes every kind of message and behaves as completes in input
+-- order: an accounted channel (its slot comes back), an archiving channel (the
+-- completed copy is kept), a shared channel and a channel-less message (just
+-- deleted); a repeated id with a stale attempt before the current one.
+SELECT max_concurrency FROM lonnymq.channel_set('mixed', 'capped', max_concurrency => 5);
+SELECT retain_completed FROM lonnymq.channel_set('mixed', 'kept', retain_completed => true);
+SELECT count(*) FROM lonnymq.message_create_batch('mixed', ARRAY['capped', 'kept', 'plain', NULL],
+                                                  ARRAY['c', 'k', 'p', 'n']::bytea[]);
+CREATE TEMP TABLE mixed AS SELECT * FROM lonnymq.message_dequeue('mixed', 60000, 4);
+SELECT count(*) AS delivered FROM mixed;
+-- Second delivery of 'p' so that attempt 1 is stale.
+SELECT lonnymq.message_defer(id, 1) FROM mixed WHERE content = 'p';
+SELECT count(*) AS redelivered FROM lonnymq.message_dequeue('mixed', 60000, 1);
+SELECT convert_from(m.content, 'UTF8') AS content, r.status
+FROM lonnymq.message_complete_batch(
+    (SELECT array_agg(id ORDER BY content) FROM mixed) || (SELECT id FROM mixed WHERE content = 'p')
+                                                       || (SELECT id FROM mixed WHERE content = 'c'),
+    (SELECT array_agg(num_attempts ORDER BY content) FROM mixed) || ARRAY[2, 1]::bigint[])
+    WITH ORDINALITY AS r(id, status, ord)
+JOIN mixed m ON m.id = r.id ORDER BY r.ord;
+SELECT count(*) AS still_live FROM lonnymq.messages WHERE queue = 'mixed';
+SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'mixed' ORDER BY channel;
+SELECT channel, convert_from(content, 'UTF8') AS content, outcome FROM lonnymq.message_archive
+WHERE queue = 'mixed' ORDER BY channel;
+
 -- Invalid arguments: 22023 and nothing changed.
 SELECT pg_temp.state() AS before \gset
 SELECT pg_temp.try($$SELECT lonnymq.message_complete(NULL, 1)$$);
