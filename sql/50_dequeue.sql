@@ -43,6 +43,8 @@ DECLARE
     v_free_exhausted boolean := false;
     v_recovery_exhausted boolean := false;
     v_candidates lonnymq.channel[] := '{}';  -- free channels this call holds, fairest first
+    v_next integer := 1;                     -- the next of them to serve
+    v_row lonnymq.channel;
     v_rounds_short boolean := false;         -- a round found fewer free channels than needed
     v_served bigint[] := '{}';               -- channels whose turn this call recorded
     -- Per channel taken from in this call: the (dequeue_ms, id) of the last
@@ -53,6 +55,7 @@ DECLARE
     v_after_ids bigint[] := '{}';
     v_after integer;
     v_shared lonnymq.channel;                -- the held channel this call shares
+    v_bulk lonnymq.message[];                -- messages claimed from it in one statement
     v_has_channels boolean;
     v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
     v_tried bigint[] := '{}';    -- channels found busy or stale in this call
@@ -163,12 +166,12 @@ BEGIN
                 -- held by someone else: later rounds look only at the
                 -- channels this call holds, instead of walking past the held
                 -- ones again for every message.
-                IF pg_catalog.cardinality(v_candidates) = 0 AND NOT v_rounds_short THEN
+                IF v_next > pg_catalog.cardinality(v_candidates) AND NOT v_rounds_short THEN
                     -- Lock order: the channel's advisory lock (shared, tried in the
                     -- WHERE clause, which runs before the row lock), then its row.
-                    SELECT coalesce(pg_catalog.array_agg(r ORDER BY r.ready_ms, r.turn_seq, r.id), '{}')
+                    SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}')
                     INTO v_candidates
-                    FROM (SELECT c.* FROM lonnymq.channel c
+                    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
                           WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
                             AND (v_free_ms IS NULL
                                  OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
@@ -177,25 +180,27 @@ BEGIN
                           ORDER BY c.ready_ms, c.turn_seq, c.id
                           LIMIT message_dequeue.max_messages - v_delivered
                           FOR NO KEY UPDATE SKIP LOCKED) r;
+                    v_next := 1;
                     -- (Short because of the channel-less turn does not count.)
                     v_rounds_short := v_free_ms IS NULL
                         AND pg_catalog.cardinality(v_candidates) < message_dequeue.max_messages - v_delivered;
-                ELSIF pg_catalog.cardinality(v_candidates) = 0 AND pg_catalog.cardinality(v_served) > 0 THEN
+                ELSIF v_next > pg_catalog.cardinality(v_candidates) AND pg_catalog.cardinality(v_served) > 0 THEN
                     -- This call already holds these rows: looked up by id.
                     SELECT coalesce(pg_catalog.array_agg(c ORDER BY c.ready_ms, c.turn_seq, c.id), '{}')
                     INTO v_candidates
                     FROM lonnymq.channel c
                     WHERE c.id = ANY (v_served) AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried);
+                    v_next := 1;
                 END IF;
-                IF pg_catalog.cardinality(v_candidates) > 0 THEN
-                    v_channel := v_candidates[1];
-                    v_candidates := v_candidates[2:];
+                IF v_next <= pg_catalog.cardinality(v_candidates) THEN
+                    v_channel := v_candidates[v_next];
+                    v_next := v_next + 1;
                 END IF;
                 v_exclusive := v_channel.id IS NOT NULL;
                 IF NOT v_exclusive AND v_rounds_short AND v_shared.id IS NOT NULL
                    AND v_shared.id <> ALL (v_tried) THEN
                     -- Sharing takes no turn, so the channel shared last is still
-                    -- the fairest held one: no need to look it up again.
+                    -- the fairest held one (checked again below).
                     v_channel := v_shared;
                 ELSIF NOT v_exclusive THEN
                     SELECT c.* INTO v_channel FROM lonnymq.channel c
@@ -220,12 +225,88 @@ BEGIN
                     ORDER BY c.last_turn_ms, c.turn_seq, c.id
                     LIMIT 1;
                 END IF;
+                IF NOT v_exclusive AND v_channel.id IS NOT NULL THEN
+                    -- A channel about to be shared, checked again now that its
+                    -- advisory lock is held: if its holder has gone meanwhile,
+                    -- this call takes the row and records the turn; otherwise
+                    -- it is read afresh, because a policy change that committed
+                    -- after the pick's snapshot (but before the lock) may have
+                    -- made it accounted, and accounted channels are never shared.
+                    SELECT c.* INTO v_row FROM lonnymq.channel c
+                    WHERE c.id = v_channel.id AND c.ready_ms <= v_now_ms
+                      AND (v_free_ms IS NULL
+                           OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                    FOR NO KEY UPDATE SKIP LOCKED;
+                    IF v_row.id IS NOT NULL THEN
+                        v_channel := v_row;
+                        v_exclusive := true;
+                    ELSE
+                        SELECT c.* INTO v_row FROM lonnymq.channel c WHERE c.id = v_channel.id;
+                        IF v_row.id IS NULL OR lonnymq._accounted(v_row.max_concurrency, v_row.release_interval_ms,
+                                                                  v_row.max_size) THEN
+                            v_tried := v_tried || v_channel.id;
+                            CONTINUE;
+                        END IF;
+                        v_channel := v_row;
+                    END IF;
+                END IF;
+            END IF;
+
+            v_after := pg_catalog.array_position(v_after_channels, v_channel.id);
+            IF v_channel.id IS NOT NULL AND NOT v_exclusive AND v_rounds_short
+               AND v_next > pg_catalog.cardinality(v_candidates) AND v_channel.max_attempts IS NULL
+               AND message_dequeue.max_messages - v_delivered > 1 THEN
+                -- Sharing a held channel with nothing of this call's own
+                -- ready: single dequeues in a row would take its next
+                -- messages one after another (sharing records no turn, so it
+                -- stays the fairest held one). Take them in one statement.
+                -- (With max_attempts, a message may have to be dead-lettered
+                -- instead: those channels go message by message below.)
+                WITH picked AS (
+                    SELECT m.id FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id
+                      AND m.locked_until_ms IS NULL AND m.dequeue_ms <= v_now_ms
+                      AND (v_after IS NULL
+                           OR (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after]))
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT message_dequeue.max_messages - v_delivered
+                    FOR UPDATE SKIP LOCKED
+                ), claimed AS (
+                    UPDATE lonnymq.message m
+                    SET num_attempts = m.num_attempts + 1, locked_until_ms = v_now_ms + message_dequeue.lock_ms
+                    FROM picked p WHERE m.id = p.id
+                    RETURNING m.*
+                )
+                SELECT coalesce(pg_catalog.array_agg(k ORDER BY k.dequeue_ms, k.id), '{}') INTO v_bulk
+                FROM claimed k;
+                IF pg_catalog.cardinality(v_bulk) = 0 THEN
+                    v_tried := v_tried || v_channel.id;
+                    CONTINUE;
+                END IF;
+                RETURN QUERY
+                SELECT k.id, v_channel.name, k.content, k.state, k.num_attempts,
+                       'epoch'::timestamptz
+                       + (k.dequeue_ms + k.priority::bigint * 281474976710656) * '1 millisecond'::interval,
+                       false
+                FROM pg_catalog.unnest(v_bulk) AS k
+                ORDER BY k.dequeue_ms, k.id;
+                v_delivered := v_delivered + pg_catalog.cardinality(v_bulk);
+                v_message := v_bulk[pg_catalog.cardinality(v_bulk)];
+                IF v_after IS NULL THEN
+                    v_after_channels := v_after_channels || v_channel.id;
+                    v_after_ms := v_after_ms || v_message.dequeue_ms;
+                    v_after_ids := v_after_ids || v_message.id;
+                ELSE
+                    v_after_ms[v_after] := v_message.dequeue_ms;
+                    v_after_ids[v_after] := v_message.id;
+                END IF;
+                v_message := NULL;
+                CONTINUE;
             END IF;
 
             IF v_channel.id IS NOT NULL THEN
                 v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                                   v_channel.max_size);
-                v_after := pg_catalog.array_position(v_after_channels, v_channel.id);
                 IF v_after IS NULL THEN
                     SELECT m.* INTO v_message FROM lonnymq.message m
                     WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
@@ -264,6 +345,18 @@ BEGIN
                         SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
                         WHERE c.id = v_channel.id;
                         PERFORM lonnymq._channel_refresh(v_channel.id);
+                        -- No turn was taken: the channel keeps its place in the
+                        -- round if it is still ready (single dequeues in a row
+                        -- would serve it next). Otherwise a later round finds it.
+                        SELECT c.* INTO v_row FROM lonnymq.channel c
+                        WHERE c.id = v_channel.id AND c.ready_ms <= v_now_ms
+                          AND (v_free_ms IS NULL
+                               OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq));
+                        IF v_row.id IS NOT NULL THEN
+                            SELECT pg_catalog.array_agg(x ORDER BY x.ready_ms, x.turn_seq, x.id) INTO v_candidates
+                            FROM pg_catalog.unnest(v_candidates[v_next:] || v_row) AS x;
+                            v_next := 1;
+                        END IF;
                     END IF;
                     PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
                     v_message := NULL;
@@ -286,7 +379,9 @@ BEGIN
                     ORDER BY m.dequeue_ms, m.id
                     LIMIT 1;
                     v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-                    v_served := v_served || v_channel.id;
+                    IF v_channel.id <> ALL (v_served) THEN
+                        v_served := v_served || v_channel.id;
+                    END IF;
                     UPDATE lonnymq.channel c
                     SET locked_count = c.locked_count + v_accounted::integer,
                         last_turn_ms = v_now_ms,

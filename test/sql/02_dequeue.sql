@@ -113,6 +113,31 @@ FROM lonnymq.message_dequeue('rate', 7200000, max_messages => 10);
 SELECT lonnymq.wait_hint_ms('rate') BETWEEN 3590000 AND 3600000 AS next_release_in_an_hour;
 SELECT channel, ready, locked FROM lonnymq.channel_stats WHERE queue = 'rate' ORDER BY channel;
 
+-- A batch that dead-letters a channel's deferred head keeps serving that
+-- channel in its place, exactly as single dequeues in a row do: an accounted
+-- channel alone ('alone'), and three channels in rotation ('rotation').
+SELECT max_attempts FROM lonnymq.channel_set('alone', 'A', max_concurrency => 10, max_attempts => 1);
+SELECT status FROM lonnymq.message_create('alone', 'A', 'a1');
+SELECT num_attempts FROM lonnymq.message_dequeue('alone', 60000);
+SELECT lonnymq.message_defer(id, 1, dequeue_at => now() - interval '1 hour')
+FROM lonnymq.messages WHERE queue = 'alone';
+SELECT count(*) FROM lonnymq.message_create_batch('alone', ARRAY['A', 'A'], ARRAY['a2', 'a3']::bytea[]);
+SELECT string_agg(convert_from(content, 'UTF8'), ' ') AS batch_of_three
+FROM lonnymq.message_dequeue('alone', 60000, 3);
+SELECT count(*) AS dead_lettered FROM lonnymq.message_archive WHERE queue = 'alone' AND outcome = 'dead';
+
+SELECT max_attempts FROM lonnymq.channel_set('rotation', 'A', max_attempts => 1);
+SELECT status FROM lonnymq.message_create('rotation', 'A', 'a1');
+SELECT num_attempts FROM lonnymq.message_dequeue('rotation', 60000);
+SELECT lonnymq.message_defer(id, 1, dequeue_at => now() - interval '1 hour')
+FROM lonnymq.messages WHERE queue = 'rotation';
+SELECT count(*) FROM lonnymq.message_create_batch('rotation', ARRAY['A','A','B','B','C','C'],
+    ARRAY['a2','a3','b1','b2','c1','c2']::bytea[], dequeue_ats => array_fill(now() - interval '1 minute', ARRAY[6]));
+SELECT string_agg(convert_from(content, 'UTF8'), ' ') AS batch_of_three
+FROM lonnymq.message_dequeue('rotation', 60000, 3);
+SELECT string_agg(convert_from(content, 'UTF8'), ' ') AS next_single
+FROM lonnymq.message_dequeue('rotation', 60000, 1);
+
 -- Invalid arguments.
 SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue(NULL, 1000)$$);
 SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', NULL)$$);
