@@ -49,6 +49,10 @@ CREATE TABLE lonnymq.channel (
     -- when the channel may next be served; NULL when empty or saturated.
     -- greatest(head_ms, last_turn_ms + release_interval_ms): see _ready_ms().
     ready_ms bigint,
+    -- the channel's advisory lock key, computed once: dequeue tries the lock
+    -- of every candidate row it walks, and a function call per row costs more
+    -- than the walk.
+    lock_key integer NOT NULL GENERATED ALWAYS AS (lonnymq._channel_lock_key(queue_id, name)) STORED,
     UNIQUE (queue_id, name)
 ) WITH (fillfactor = 70);
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;

@@ -131,28 +131,6 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._queue_id(text, boolean) IS 'Queue id by name, optionally created.';
 
--- The advisory-lock key of a channel. Producers hold it shared until commit;
--- whoever deletes a channel or changes its capacity takes it exclusively, so
--- no uncommitted message can be stranded by either.
-CREATE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN pg_catalog.hashtext(p_queue_id::text || '/' || p_channel);
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock key of a channel.';
-
--- The first advisory-lock key word: every lonnymq lock lives in this class.
-CREATE FUNCTION lonnymq._lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN 1819176557;  -- the bytes of 'lonm'
-END
-$$;  -- the bytes of 'lonm'
-COMMENT ON FUNCTION lonnymq._lock_class() IS 'Advisory lock class of lonnymq.';
-
 -- Milliseconds an implicit channel must stay empty before the sweep removes it.
 CREATE FUNCTION lonnymq._channel_idle_ms() RETURNS bigint
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
@@ -226,7 +204,7 @@ BEGIN
         SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
         WHERE c.id = v_channel_id
           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                          lonnymq._channel_lock_key(c.queue_id, c.name))
+                                                          c.lock_key)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             -- The head only has to be a lower bound of the earliest unlocked

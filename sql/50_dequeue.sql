@@ -176,7 +176,7 @@ BEGIN
                             AND (v_free_ms IS NULL
                                  OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
                             AND pg_catalog.pg_try_advisory_xact_lock_shared(
-                                    lonnymq._lock_class(), lonnymq._channel_lock_key(c.queue_id, c.name))
+                                    lonnymq._lock_class(), c.lock_key)
                           ORDER BY c.ready_ms, c.turn_seq, c.id
                           LIMIT message_dequeue.max_messages - v_delivered
                           FOR NO KEY UPDATE SKIP LOCKED) r;
@@ -209,7 +209,7 @@ BEGIN
                            OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
                       AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
                       AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                                      lonnymq._channel_lock_key(c.queue_id, c.name))
+                                                                      c.lock_key)
                     ORDER BY c.ready_ms, c.turn_seq, c.id
                     LIMIT 1;
                     v_shared := v_channel;
@@ -221,7 +221,7 @@ BEGIN
                     WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
                       AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
                       AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                                      lonnymq._channel_lock_key(c.queue_id, c.name))
+                                                                      c.lock_key)
                     ORDER BY c.last_turn_ms, c.turn_seq, c.id
                     LIMIT 1;
                 END IF;
