@@ -253,6 +253,13 @@ BEGIN
             END IF;
 
             v_after := pg_catalog.array_position(v_after_channels, v_channel.id);
+            IF v_after IS NULL AND v_channel.id IS NOT NULL THEN
+                -- First visit in this call: no bound yet.
+                v_after_channels := v_after_channels || v_channel.id;
+                v_after_ms := v_after_ms || NULL::bigint;
+                v_after_ids := v_after_ids || NULL::bigint;
+                v_after := pg_catalog.cardinality(v_after_channels);
+            END IF;
             IF v_channel.id IS NOT NULL AND NOT v_exclusive AND v_rounds_short
                AND v_next > pg_catalog.cardinality(v_candidates) AND v_channel.max_attempts IS NULL
                AND message_dequeue.max_messages - v_delivered > 1 THEN
@@ -266,7 +273,7 @@ BEGIN
                     SELECT m.id FROM lonnymq.message m
                     WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id
                       AND m.locked_until_ms IS NULL AND m.dequeue_ms <= v_now_ms
-                      AND (v_after IS NULL
+                      AND (v_after_ms[v_after] IS NULL
                            OR (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after]))
                     ORDER BY m.dequeue_ms, m.id
                     LIMIT message_dequeue.max_messages - v_delivered
@@ -292,14 +299,8 @@ BEGIN
                 ORDER BY k.dequeue_ms, k.id;
                 v_delivered := v_delivered + pg_catalog.cardinality(v_bulk);
                 v_message := v_bulk[pg_catalog.cardinality(v_bulk)];
-                IF v_after IS NULL THEN
-                    v_after_channels := v_after_channels || v_channel.id;
-                    v_after_ms := v_after_ms || v_message.dequeue_ms;
-                    v_after_ids := v_after_ids || v_message.id;
-                ELSE
-                    v_after_ms[v_after] := v_message.dequeue_ms;
-                    v_after_ids[v_after] := v_message.id;
-                END IF;
+                v_after_ms[v_after] := v_message.dequeue_ms;
+                v_after_ids[v_after] := v_message.id;
                 v_message := NULL;
                 CONTINUE;
             END IF;
@@ -307,7 +308,7 @@ BEGIN
             IF v_channel.id IS NOT NULL THEN
                 v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                                   v_channel.max_size);
-                IF v_after IS NULL THEN
+                IF v_after_ms[v_after] IS NULL THEN
                     SELECT m.* INTO v_message FROM lonnymq.message m
                     WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
                     ORDER BY m.dequeue_ms, m.id
@@ -362,14 +363,8 @@ BEGIN
                     v_message := NULL;
                     CONTINUE;
                 END IF;
-                IF v_after IS NULL THEN
-                    v_after_channels := v_after_channels || v_channel.id;
-                    v_after_ms := v_after_ms || v_message.dequeue_ms;
-                    v_after_ids := v_after_ids || v_message.id;
-                ELSE
-                    v_after_ms[v_after] := v_message.dequeue_ms;
-                    v_after_ids[v_after] := v_message.id;
-                END IF;
+                v_after_ms[v_after] := v_message.dequeue_ms;
+                v_after_ids[v_after] := v_message.id;
                 v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
                 IF v_exclusive THEN
                     -- Messages others are taking right now still look unlocked here,
