@@ -14,21 +14,22 @@ import threading
 import time
 from typing import Any
 
-from common import PAYLOAD, connect, log, median, pgbench, pgbench_result, reset_lonnymq, settle_server
-from throughput import CONSUMERS, PRODUCERS, SEED, run_once
+from common import PAYLOAD, connect, log, median, pgbench, pgbench_result, settle_server
+from throughput import CONSUMERS, PRODUCERS, run_once, seed
 
-TABLES = ("message", "channel", "channel_hint")
+# The tables watched per system (schema, names); completions are deletes from "message".
+TABLES = {"lonnymq": ("message", "channel", "channel_hint"), "floor": ("message",)}
 
 
-def _sample(conn: Any) -> dict[str, Any]:
+def _sample(conn: Any, system: str) -> dict[str, Any]:
     row: dict[str, Any] = {"t": time.monotonic()}
-    for table in TABLES:
+    for table in TABLES[system]:
         stats = conn.execute(
             "SELECT n_tup_del, n_dead_tup, n_live_tup, pg_relation_size(relid), pg_indexes_size(relid) "
-            "FROM pg_stat_user_tables WHERE schemaname = 'lonnymq' AND relname = %s", (table,)).fetchone()
+            "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s", (system, table)).fetchone()
         row[table] = {"deleted": stats[0], "dead": stats[1], "live": stats[2],
                       "heap_bytes": stats[3], "index_bytes": stats[4]}
-    row["backlog"] = conn.execute("SELECT count(*) FROM lonnymq.message").fetchone()[0]
+    row["backlog"] = conn.execute(f"SELECT count(*) FROM {system}.message").fetchone()[0]
     row["xmin_age"] = conn.execute(
         "SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL").fetchone()[0]
     return row
@@ -39,44 +40,42 @@ def _hold(start_after: float, hold_for: float, stop: threading.Event) -> None:
         return
     with connect(autocommit=False) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        conn.execute("SELECT txid_current(), count(*) FROM lonnymq.message").fetchone()
+        conn.execute("SELECT txid_current()").fetchone()
         log("  w7 snapshot held")
         stop.wait(hold_for)
         conn.rollback()
         log("  w7 snapshot released")
 
 
-def run(minutes: float, synchronous_commit: str = "on") -> dict[str, Any]:
+def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq") -> dict[str, Any]:
+    """``system`` "floor" runs the bare SKIP LOCKED queue the same way (50% of its own capacity),
+    to show how much of the fall under a held snapshot any PostgreSQL queue table shares."""
     seconds = minutes * 60
-    log("w7: measuring workload-1 capacity (3 x 10 s)")
-    capacity = median([run_once("lonnymq", "w1_lifecycle", synchronous_commit, 10)["messages_per_s"]
+    log(f"w7 {system}: measuring workload-1 capacity (3 x 10 s)")
+    capacity = median([run_once(system, "w1_lifecycle", synchronous_commit, 10)["messages_per_s"]
                        for _ in range(3)])
     rate = capacity / 2
-    log(f"w7: capacity {capacity:.0f} msg/s; running {minutes:g} min at {rate:.0f} msg/s, "
+    log(f"w7 {system}: capacity {capacity:.0f} msg/s; running {minutes:g} min at {rate:.0f} msg/s, "
         f"snapshot held from {seconds / 4:.0f}s to {3 * seconds / 4:.0f}s")
     defines = {"nchannels": 100, "payload": PAYLOAD, "batch": 1}
     with connect() as conn:
-        reset_lonnymq(conn)
-        conn.execute(
-            "SELECT count(*) FROM lonnymq.message_create_batch('bench', "
-            "(SELECT array_agg('c' || (1 + i %% 100)) FROM generate_series(1, %s) i), "
-            "array_fill(%s::bytea, ARRAY[%s]))", (SEED, PAYLOAD, SEED))
-        settle_server(conn, [f"lonnymq.{t}" for t in TABLES])
+        seed(conn, system, 100)
+        settle_server(conn, [f"{system}.{t}" for t in TABLES[system]])
         stop = threading.Event()
         holder = threading.Thread(target=_hold, args=(seconds / 4, seconds / 2, stop))
-        producers = pgbench("lonnymq_create.sql", PRODUCERS, seconds, defines, synchronous_commit,
+        producers = pgbench(f"{system}_create.sql", PRODUCERS, seconds, defines, synchronous_commit,
                             rate=rate, progress=10)
-        consumers = pgbench("lonnymq_consume.sql", CONSUMERS, seconds, defines, synchronous_commit,
+        consumers = pgbench(f"{system}_consume.sql", CONSUMERS, seconds, defines, synchronous_commit,
                             rate=rate, progress=10)
         holder.start()
         t0 = time.monotonic()
         samples = []
         while producers.poll() is None or consumers.poll() is None:
-            samples.append(_sample(conn))
+            samples.append(_sample(conn, system))
             time.sleep(10 - (time.monotonic() - t0) % 10)
         stop.set()
         holder.join()
-        samples.append(_sample(conn))
+        samples.append(_sample(conn, system))
         produced, consumed = pgbench_result(producers), pgbench_result(consumers)
     series = []
     for a, b in zip(samples, samples[1:]):
@@ -85,7 +84,7 @@ def run(minutes: float, synchronous_commit: str = "on") -> dict[str, Any]:
             "t": round(b["t"] - t0, 1),
             "completed_per_s": (b["message"]["deleted"] - a["message"]["deleted"]) / dt,
             "backlog": b["backlog"], "xmin_age": b["xmin_age"],
-            **{f"{tab}_{k}": b[tab][k] for tab in TABLES for k in ("dead", "heap_bytes", "index_bytes")},
+            **{f"{tab}_{k}": b[tab][k] for tab in TABLES[system] for k in ("dead", "heap_bytes", "index_bytes")},
         })
 
     def phase(lo: float, hi: float) -> float:
@@ -95,12 +94,13 @@ def run(minutes: float, synchronous_commit: str = "on") -> dict[str, Any]:
     held = phase(seconds / 4 + 10, 3 * seconds / 4)
     after = phase(3 * seconds / 4 + 10, seconds)
     result = {
+        "system": system,
         "minutes": minutes, "synchronous_commit": synchronous_commit, "capacity_msg_s": capacity,
         "target_msg_s": rate, "clean_msg_s": clean, "held_msg_s": held, "after_msg_s": after,
         "held_ratio": held / clean if clean else None, "after_ratio": after / clean if clean else None,
         "producer_progress": produced["progress"], "consumer_progress": consumed["progress"],
         "series": series,
     }
-    log(f"w7: clean {clean:.0f} msg/s, held {held:.0f} ({result['held_ratio']:.2f}x), "
+    log(f"w7 {system}: clean {clean:.0f} msg/s, held {held:.0f} ({result['held_ratio']:.2f}x), "
         f"after {after:.0f} ({result['after_ratio']:.2f}x)")
     return result

@@ -22,7 +22,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="~2 minute smoke run at reduced scale")
     parser.add_argument("--only", default="throughput,latency,fairness",
-                        help="comma list of: throughput, latency, fairness, held-snapshot")
+                        help="comma list of: throughput, latency, fairness, held-snapshot, "
+                             "held-snapshot-floor (the floor under the same test, for comparison)")
     parser.add_argument("--workloads", default=",".join(throughput.WORKLOADS),
                         help="throughput workloads to run")
     parser.add_argument("--rounds", type=int, help="throughput rounds (default 3, quick 2)")
@@ -32,7 +33,8 @@ def main() -> None:
     args = parser.parse_args()
 
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
-    mode = args.name or ("held-snapshot" if parts == ["held-snapshot"] else "quick" if args.quick else "full")
+    solo = {("held-snapshot",): "held-snapshot", ("held-snapshot-floor",): "held-snapshot-floor"}
+    mode = args.name or solo.get(tuple(parts)) or ("quick" if args.quick else "full")
     rounds = args.rounds or (2 if args.quick else 3)
     seconds = args.seconds or (3 if args.quick else 10)
     scale = 0.1 if args.quick else 1.0
@@ -53,6 +55,8 @@ def main() -> None:
         results["fairness"] = fairness.run(scale)
     if "held-snapshot" in parts:
         results["held_snapshot"] = held_snapshot.run(args.minutes)
+    if "held-snapshot-floor" in parts:
+        results["held_snapshot_floor"] = held_snapshot.run(args.minutes, system="floor")
     results["elapsed_s"] = round(time.time() - started)
     results["load_at_end"] = list(__import__("os").getloadavg())
     path = common.write_json(f"{mode}.json", results)

@@ -76,20 +76,20 @@ def fairness(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def held_snapshot(results: dict[str, Any], path: Path) -> None:
-    w7 = results["held_snapshot"]
+def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot") -> None:
+    w7 = results[key]
     s = w7["series"]
+    tables = [t for t in ("message", "channel", "channel_hint") if f"{t}_dead" in s[0]]
     t = [p["t"] for p in s]
     minutes = w7["minutes"] * 60
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     axes[0].plot(t, [p["completed_per_s"] for p in s], label="completed / s")
     axes[0].axhline(w7["target_msg_s"], color="grey", ls="--", lw=1, label="target rate")
     axes[0].set_ylabel("messages / s")
-    axes[1].plot(t, [p["message_dead"] for p in s], label="message")
-    axes[1].plot(t, [p["channel_dead"] for p in s], label="channel")
-    axes[1].plot(t, [p["channel_hint_dead"] for p in s], label="channel_hint")
+    for table in tables:
+        axes[1].plot(t, [p[f"{table}_dead"] for p in s], label=table)
     axes[1].set_ylabel("dead tuples")
-    for table in ("message", "channel", "channel_hint"):
+    for table in tables:
         axes[2].plot(t, [(p[f"{table}_heap_bytes"] + p[f"{table}_index_bytes"]) / 2**20 for p in s],
                      label=f"{table} (heap + indexes)")
     axes[2].set_ylabel("MiB")
@@ -97,7 +97,7 @@ def held_snapshot(results: dict[str, Any], path: Path) -> None:
     for ax in axes:
         ax.axvspan(minutes / 4, 3 * minutes / 4, color="orange", alpha=0.15)
         ax.legend(fontsize=8)
-    axes[0].set_title("Workload 7: 50% load, snapshot held in the shaded interval")
+    axes[0].set_title(f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, snapshot held in the shaded interval")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -106,7 +106,9 @@ def held_snapshot(results: dict[str, Any], path: Path) -> None:
 def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]:
     made = []
     for key, fn, name in (("throughput", throughput, "throughput"), ("latency", latency, "latency"),
-                          ("fairness", fairness, "fairness"), ("held_snapshot", held_snapshot, "held-snapshot")):
+                          ("fairness", fairness, "fairness"), ("held_snapshot", held_snapshot, "held-snapshot"),
+                          ("held_snapshot_floor",
+                           lambda r, p: held_snapshot(r, p, "held_snapshot_floor"), "held-snapshot")):
         if key in results:
             path = directory / f"{mode}-{name}.png"
             fn(results, path)

@@ -45,7 +45,8 @@ def _live(conn: Any, system: str) -> int:
     return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-def _seed(conn: Any, system: str, channels: int) -> None:
+def seed(conn: Any, system: str, channels: int) -> None:
+    """Empties the system's queue and puts SEED messages on `channels` channels (0: none)."""
     if system == "floor":
         reset_floor(conn)
         conn.execute(
@@ -72,7 +73,7 @@ def run_once(system: str, workload: str, synchronous_commit: str, seconds: float
     create, consume = _scripts(base, spec["batch"])
     defines = {"nchannels": spec["channels"], "payload": PAYLOAD, "batch": spec["batch"]}
     with connect() as conn:
-        _seed(conn, base, spec["channels"])
+        seed(conn, base, spec["channels"])
         before = _live(conn, base)
         if capture_statements:
             conn.execute("SELECT pg_stat_statements_reset()")
