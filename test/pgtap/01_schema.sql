@@ -1,10 +1,5 @@
 -- The schema of SPEC section 4: the extension's objects exist, the
 -- inspection views and the archive have the stable columns callers use.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 BEGIN;
 CREATE EXTENSION lonnymq;

@@ -1,11 +1,6 @@
 -- The SQL API of SPEC section 4: every function exists with exactly the
 -- argument names, types and defaults callers use with named notation, and
 -- the documented return type; and calls in named notation work.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 BEGIN;
 CREATE EXTENSION lonnymq;

@@ -3,11 +3,6 @@
 -- except the pg_cron calls, which run as the caller on purpose (a cron job
 -- must never get more rights than whoever scheduled it); nothing in the
 -- schema is open to PUBLIC except the four argument validators.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 BEGIN;
 CREATE EXTENSION lonnymq;

@@ -2,11 +2,6 @@
 -- is): a role with no grant can do nothing; the producer can only create;
 -- the consumer can only consume; the monitor can only read. Every function
 -- and relation of the schema is tried as every role.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 BEGIN;
 CREATE EXTENSION lonnymq;

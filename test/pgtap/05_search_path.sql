@@ -5,11 +5,6 @@
 -- = operator for text and for bigint, and tables (and temporary tables) named
 -- like lonnymq's. Every look-alike raises if it is ever called, so any use by
 -- lonnymq aborts the call and its result row below is missing.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 BEGIN;
 CREATE EXTENSION lonnymq;

@@ -1,11 +1,6 @@
 -- Without pg_cron in the database, the scheduling calls fail with a clear
 -- error (SQLSTATE 55000, object_not_in_prerequisite_state) and change
 -- nothing; the rest of the extension works.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 BEGIN;
 CREATE EXTENSION lonnymq;

@@ -2,11 +2,6 @@
 -- test cluster, cron.database_name = this database). Not wrapped in a
 -- transaction: pg_cron's scheduler only sees committed jobs. One real job
 -- fires; the wait for the next minute boundary is the only slow part.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-\pset format unaligned
-\pset tuples_only true
-\pset pager off
 
 CREATE EXTENSION IF NOT EXISTS pg_cron;
 CREATE EXTENSION lonnymq;
