@@ -6,7 +6,7 @@
 -- The advisory-lock key of a channel. Producers hold it shared until commit;
 -- whoever deletes a channel or changes its capacity takes it exclusively, so
 -- no uncommitted message can be stranded by either.
-CREATE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
+CREATE OR REPLACE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -16,7 +16,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock key of a channel.';
 
 -- The first advisory-lock key word: every lonnymq lock lives in this class.
-CREATE FUNCTION lonnymq._lock_class() RETURNS integer
+CREATE OR REPLACE FUNCTION lonnymq._lock_class() RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

@@ -7,7 +7,7 @@
 -- Helpers are PL/pgSQL, not SQL: a pinned search_path stops SQL functions
 -- from being inlined, and called from PL/pgSQL they would be planned anew on
 -- every call, while PL/pgSQL caches its plans for the session.
-CREATE FUNCTION lonnymq._now_ms() RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq._now_ms() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -18,7 +18,7 @@ COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since t
 
 -- Milliseconds of a caller-supplied timestamp; infinities are rejected because
 -- they cannot be scheduled and would poison the integer ordering.
-CREATE FUNCTION lonnymq._ms_of(p_at timestamptz, p_argument text) RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq._ms_of(p_at timestamptz, p_argument text) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -33,7 +33,7 @@ COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a fini
 
 -- Rejects a computed dequeue time (dequeue_at plus delay_ms) beyond the year
 -- 100000: later times would overflow the interval arithmetic of the views.
-CREATE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -47,7 +47,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._check_dequeue_ms(bigint) IS 'A dequeue time the views can show, 22023 otherwise.';
 
 -- Raises the SQLSTATE 22023 error that every invalid argument gets (SPEC 3.11).
-CREATE FUNCTION lonnymq._invalid(p_message text) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._invalid(p_message text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -57,7 +57,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (22023).';
 
 -- Queue and channel names: non-empty, bounded, printable enough for logs.
-CREATE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -77,7 +77,7 @@ COMMENT ON FUNCTION lonnymq._check_name(text, text, boolean) IS 'Validates a que
 -- makes dequeue fair: back-dated or priority messages never buy extra turns.
 -- A channel never dequeued (turn_seq 0) has its creation time as last turn,
 -- which counts for fairness but not for the rate limit.
-CREATE FUNCTION lonnymq._ready_ms(
+CREATE OR REPLACE FUNCTION lonnymq._ready_ms(
     p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
     p_locked_count integer, p_max_concurrency integer, p_turn_seq bigint
 ) RETURNS bigint
@@ -99,7 +99,7 @@ COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, 
 
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
 -- delivered once by PostgreSQL, which is what coalesces batches.
-CREATE FUNCTION lonnymq._notify(p_channel text, p_queue text, p_event text) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._notify(p_channel text, p_queue text, p_event text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -112,7 +112,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable event unless lonnymq.notify is off.';
 
 -- Looks a queue up by name; with p_create, creates it on first use.
-CREATE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
+CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -132,7 +132,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._queue_id(text, boolean) IS 'Queue id by name, optionally created.';
 
 -- Milliseconds an implicit channel must stay empty before the sweep removes it.
-CREATE FUNCTION lonnymq._channel_idle_ms() RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq._channel_idle_ms() RETURNS bigint
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -152,7 +152,7 @@ COMMENT ON FUNCTION lonnymq._channel_idle_ms() IS 'Idle time before an empty imp
 
 -- Recomputes a channel's head and scheduling key from the message index.
 -- The caller holds the channel row lock.
-CREATE FUNCTION lonnymq._channel_refresh(p_channel_id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._channel_refresh(p_channel_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -181,7 +181,7 @@ COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and 
 -- channels: their messages are ready even if no committed head says so yet,
 -- and dequeue may share them. How many hints it reads past busy channels is
 -- bounded by what was produced while they were held (at most 10000).
-CREATE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
+CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -240,7 +240,7 @@ COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer)
     IS 'Applies due channel hints without waiting; returns the channels that were busy.';
 
 -- Copies a message into the archive with its outcome.
-CREATE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -260,7 +260,7 @@ COMMENT ON FUNCTION lonnymq._archive(lonnymq.message, text, text) IS 'Archives a
 -- under the channel row lock, which serializes its dequeues and settles.
 -- Any other channel is "shared": concurrent dequeuers take its messages in
 -- parallel and settles never touch its row.
-CREATE FUNCTION lonnymq._accounted(p_max_concurrency integer, p_release_interval_ms bigint, p_max_size bigint)
+CREATE OR REPLACE FUNCTION lonnymq._accounted(p_max_concurrency integer, p_release_interval_ms bigint, p_max_size bigint)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -275,7 +275,7 @@ COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a ch
 -- everyone who changes a channel's messages; channel_set, channel_delete and
 -- the sweep take it exclusively, so a policy change or a deletion never
 -- interleaves with a half-done create, claim or settle.
-CREATE FUNCTION lonnymq._channel_share(p_queue_id integer, p_channel text, p_wait boolean) RETURNS boolean
+CREATE OR REPLACE FUNCTION lonnymq._channel_share(p_queue_id integer, p_channel text, p_wait boolean) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -293,7 +293,7 @@ COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared ad
 -- The channel of a message being settled, read under the channel's shared
 -- advisory lock (taken here, held until commit), so its policy cannot change
 -- before the settle commits. The caller holds the message row lock.
-CREATE FUNCTION lonnymq._channel_of_settle(p_message lonnymq.message) RETURNS lonnymq.channel
+CREATE OR REPLACE FUNCTION lonnymq._channel_of_settle(p_message lonnymq.message) RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -312,7 +312,7 @@ COMMENT ON FUNCTION lonnymq._channel_of_settle(lonnymq.message) IS 'Channel of a
 -- back (complete, fail, dead-letter). The caller holds the message row lock;
 -- this takes the channel's shared advisory lock and, if accounted, its row:
 -- always message first, then channel.
-CREATE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

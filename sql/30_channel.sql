@@ -6,7 +6,7 @@
 -- takes the channel's advisory lock in shared mode until commit. Shared
 -- holders never wait for each other; only channel_set (capacity changes),
 -- channel_delete and the sweep take it exclusively.
-CREATE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
+CREATE OR REPLACE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
 RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -43,7 +43,7 @@ COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text, boolean)
 
 -- Sets a channel's policy, creating the channel if needed. An explicit
 -- channel is never swept; channel_delete removes it.
-CREATE FUNCTION lonnymq.channel_set(
+CREATE OR REPLACE FUNCTION lonnymq.channel_set(
     queue text,
     channel text,
     max_concurrency integer DEFAULT NULL,
@@ -131,7 +131,7 @@ COMMENT ON FUNCTION lonnymq.channel_set(text, text, integer, bigint, bigint, int
     IS 'Creates or updates a channel policy; NULL limits mean unlimited.';
 
 -- Deletes an empty channel. Status: deleted, not_found, not_empty.
-CREATE FUNCTION lonnymq.channel_delete(queue text, channel text) RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.channel_delete(queue text, channel text) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -170,7 +170,7 @@ COMMENT ON FUNCTION lonnymq.channel_delete(text, text) IS 'Deletes an empty chan
 -- (default one minute). Skips, never waits for, channels in use. Returns the
 -- number removed. Runs on every channel creation (two at a time) and from the
 -- maintenance job.
-CREATE FUNCTION lonnymq.channel_sweep(max_channels integer DEFAULT 1000) RETURNS integer
+CREATE OR REPLACE FUNCTION lonnymq.channel_sweep(max_channels integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -5,7 +5,7 @@
 -- How far apart priority levels sit, in milliseconds (2^48, ~8900 years):
 -- further than any two real timestamps, so priority 1 sorts ahead of every
 -- ordinary message and FIFO order holds within a level.
-CREATE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -15,7 +15,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._priority_step_ms() IS 'Distance between priority levels in dequeue_ms.';
 
 -- Validates the arguments that every creation path shares.
-CREATE FUNCTION lonnymq._check_create(p_content bytea, p_delay_ms bigint, p_priority integer, p_dedup_key text)
+CREATE OR REPLACE FUNCTION lonnymq._check_create(p_content bytea, p_delay_ms bigint, p_priority integer, p_dedup_key text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -37,7 +37,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Validates message arguments.';
 
 -- The id of the live message with this dedup key in the queue, if any.
-CREATE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -53,7 +53,7 @@ COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message hold
 -- archive_requeue all come through here. Arguments are already validated.
 -- Locks taken: the channel's advisory lock (shared) and, for channels with a
 -- max_size, their admission row; never the channel row itself.
-CREATE FUNCTION lonnymq._create_one(
+CREATE OR REPLACE FUNCTION lonnymq._create_one(
     p_queue_id integer, p_queue text, p_channel text, p_content bytea, p_dequeue_ms bigint,
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
     p_sweep boolean, OUT status text, OUT id bigint
@@ -119,7 +119,7 @@ COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, inte
 -- Creates a message. channel NULL: a plain FIFO message with no channel.
 -- Ready at coalesce(dequeue_at, now) + delay_ms; priority > 0 means "run now,
 -- ahead of the channel's ordinary messages".
-CREATE FUNCTION lonnymq.message_create(
+CREATE OR REPLACE FUNCTION lonnymq.message_create(
     queue text,
     channel text,
     content bytea,
@@ -160,7 +160,7 @@ COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigin
 -- answers duplicate_batch with the ids the first call created. Batches
 -- without dedup keys and without capped channels take a set-based path (one
 -- INSERT, one hint per channel); the others go message by message.
-CREATE FUNCTION lonnymq.message_create_batch(
+CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     queue text,
     channels text[],
     contents bytea[],

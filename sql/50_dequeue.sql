@@ -6,7 +6,7 @@
 
 -- Delivers a message the caller has locked: the next attempt, locked until
 -- p_locked_until_ms. Returns the updated row.
-CREATE FUNCTION lonnymq._claim(p_id bigint, p_locked_until_ms bigint) RETURNS lonnymq.message
+CREATE OR REPLACE FUNCTION lonnymq._claim(p_id bigint, p_locked_until_ms bigint) RETURNS lonnymq.message
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -23,7 +23,7 @@ COMMENT ON FUNCTION lonnymq._claim(bigint, bigint) IS 'Locks a message for its n
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
 -- like max_messages single dequeues in a row (SPEC 3.13).
-CREATE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
+CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

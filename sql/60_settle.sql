@@ -7,7 +7,7 @@
 -- Validates a delivery reference (22023) and locks its message. Returns it
 -- when the caller holds the current delivery; otherwise a status
 -- (not_found, state_invalid) in p_status.
-CREATE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
+CREATE OR REPLACE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -29,7 +29,7 @@ $$;
 COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
-CREATE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -51,7 +51,7 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 -- set-based: statuses in one statement, and messages of shared channels that
 -- keep no completed archive are deleted in one statement; only accounted or
 -- archiving channels go message by message.
-CREATE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
+CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -141,7 +141,7 @@ COMMENT ON FUNCTION lonnymq.message_complete_batch(bigint[], bigint[]) IS 'Compl
 -- Releases a delivery back to its channel for later, keeping num_attempts;
 -- a non-NULL state replaces the saved one. Ready at coalesce(dequeue_at, now)
 -- + delay_ms. Status: deferred, not_found, state_invalid.
-CREATE FUNCTION lonnymq.message_defer(
+CREATE OR REPLACE FUNCTION lonnymq.message_defer(
     id bigint,
     num_attempts bigint,
     dequeue_at timestamptz DEFAULT NULL,
@@ -200,7 +200,7 @@ COMMENT ON FUNCTION lonnymq.message_defer(bigint, bigint, timestamptz, bigint, b
 
 -- Extends the lock of the current delivery; never shortens it.
 -- Status: extended, not_found, state_invalid.
-CREATE FUNCTION lonnymq.message_heartbeat(id bigint, num_attempts bigint, lock_ms bigint) RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.message_heartbeat(id bigint, num_attempts bigint, lock_ms bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -225,7 +225,7 @@ COMMENT ON FUNCTION lonnymq.message_heartbeat(bigint, bigint, bigint)
 
 -- Gives up on a delivery: moves it to the archive as failed.
 -- Status: failed, not_found, state_invalid.
-CREATE FUNCTION lonnymq.message_fail(id bigint, num_attempts bigint, error text DEFAULT NULL) RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.message_fail(id bigint, num_attempts bigint, error text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -246,7 +246,7 @@ COMMENT ON FUNCTION lonnymq.message_fail(bigint, bigint, text) IS 'Archives a de
 
 -- Removes a pending message. Status: cancelled, locked (in flight: settle it
 -- instead), not_found.
-CREATE FUNCTION lonnymq.message_cancel(id bigint) RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.message_cancel(id bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -6,7 +6,7 @@
 -- fresh attempts, through the normal creation path (limits apply). The
 -- archive row is removed once the message exists again.
 -- Returns (status, id): created, dropped, or not_found.
-CREATE FUNCTION lonnymq.archive_requeue(archive_id bigint, OUT status text, OUT id bigint)
+CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(archive_id bigint, OUT status text, OUT id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -36,7 +36,7 @@ COMMENT ON FUNCTION lonnymq.archive_requeue(bigint) IS 'Redrives an archived mes
 
 -- Deletes archive rows (and spent batch idempotency keys) archived longer
 -- ago than older_than. Returns the number of archive rows removed.
-CREATE FUNCTION lonnymq.archive_prune(older_than interval) RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq.archive_prune(older_than interval) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -7,7 +7,7 @@
 -- (2^48 ms is _priority_step_ms(), the distance between priority levels.)
 -- ===========================================================================
 
-CREATE VIEW lonnymq.messages AS
+CREATE OR REPLACE VIEW lonnymq.messages AS
 SELECT m.id, q.name AS queue, c.name AS channel, m.content, m.state, m.num_attempts,
        'epoch'::timestamptz + (m.dequeue_ms + m.priority::bigint * 281474976710656) * '1 millisecond'::interval
            AS dequeue_at,
@@ -19,7 +19,7 @@ LEFT JOIN lonnymq.channel c ON c.id = m.channel_id;
 COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
 -- Per channel, plus one row per queue (channel NULL) for channel-less messages.
-CREATE VIEW lonnymq.channel_stats AS
+CREATE OR REPLACE VIEW lonnymq.channel_stats AS
 WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms),
 counts AS (
     SELECT m.queue_id, m.channel_id,
@@ -50,7 +50,7 @@ CROSS JOIN now_ms n
 WHERE k.channel_id IS NULL;
 COMMENT ON VIEW lonnymq.channel_stats IS 'Ready, scheduled and locked counts with the policy of every channel.';
 
-CREATE VIEW lonnymq.queue_stats AS
+CREATE OR REPLACE VIEW lonnymq.queue_stats AS
 SELECT q.name AS queue,
        (SELECT pg_catalog.count(*) FROM lonnymq.channel c WHERE c.queue_id = q.id) AS channels,
        coalesce(pg_catalog.sum(s.ready), 0)::bigint AS ready,
@@ -65,7 +65,7 @@ COMMENT ON VIEW lonnymq.queue_stats IS 'Totals per queue.';
 -- Milliseconds until a dequeue of the queue could return something: 0 now,
 -- NULL when nothing is queued. A worker's fallback sleep between wake-ups.
 -- Each term is one index probe.
-CREATE FUNCTION lonnymq.wait_hint_ms(queue text) RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq.wait_hint_ms(queue text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -98,7 +98,7 @@ COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next m
 
 -- Checks the invariants the fast paths rely on; one row per violation, none
 -- when healthy. Scans everything: a diagnostic, not for hot paths.
-CREATE FUNCTION lonnymq.verify() RETURNS SETOF text
+CREATE OR REPLACE FUNCTION lonnymq.verify() RETURNS SETOF text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
     WITH per_channel AS (

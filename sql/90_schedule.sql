@@ -6,7 +6,7 @@
 -- ===========================================================================
 
 -- Raises a clear error unless pg_cron is installed in this database.
-CREATE FUNCTION lonnymq._require_pg_cron() RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._require_pg_cron() RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -22,7 +22,7 @@ COMMENT ON FUNCTION lonnymq._require_pg_cron() IS 'Raises 55000 when pg_cron is 
 
 -- Creates (or replaces) a pg_cron job named 'lonnymq:<name>' that creates
 -- one message on the cron schedule. Returns the pg_cron job id.
-CREATE FUNCTION lonnymq.schedule_set(name text, cron text, queue text, channel text, content bytea) RETURNS bigint
+CREATE OR REPLACE FUNCTION lonnymq.schedule_set(name text, cron text, queue text, channel text, content bytea) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -54,7 +54,7 @@ COMMENT ON FUNCTION lonnymq.schedule_set(text, text, text, text, bytea)
     IS 'Creates or replaces a pg_cron job that creates a message periodically.';
 
 -- Removes the pg_cron job of schedule_set. Status: deleted, not_found.
-CREATE FUNCTION lonnymq.schedule_delete(name text) RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.schedule_delete(name text) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -75,7 +75,7 @@ COMMENT ON FUNCTION lonnymq.schedule_delete(text) IS 'Removes a schedule_set job
 -- Schedules the maintenance job 'lonnymq-maintenance': prunes the archive
 -- and spent idempotency keys older than archive_retention, and sweeps idle
 -- channels. Returns the pg_cron job id; schedule it again to change it.
-CREATE FUNCTION lonnymq.maintenance_schedule(cron text DEFAULT '*/10 * * * *',
+CREATE OR REPLACE FUNCTION lonnymq.maintenance_schedule(cron text DEFAULT '*/10 * * * *',
                                              archive_retention interval DEFAULT '7 days') RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -104,7 +104,7 @@ COMMENT ON FUNCTION lonnymq.maintenance_schedule(text, interval)
     IS 'Schedules archive pruning and the idle-channel sweep through pg_cron.';
 
 -- Removes the maintenance job. Status: deleted, not_found.
-CREATE FUNCTION lonnymq.maintenance_unschedule() RETURNS text
+CREATE OR REPLACE FUNCTION lonnymq.maintenance_unschedule() RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

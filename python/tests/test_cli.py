@@ -27,7 +27,12 @@ def extension_installed(dsn: str) -> bool:
 def test_install_creates_the_extension(capsys: pytest.CaptureFixture[str]) -> None:
     dsn = recreate_database("lonnymq_pytest_cli_ext")
     assert main(["--dsn", dsn, "install"]) == 0
-    assert "extension lonnymq 1.0 installed" in capsys.readouterr().out
+    with psycopg.connect(dsn) as conn:
+        default = conn.execute(
+            "SELECT default_version FROM pg_available_extensions WHERE name = 'lonnymq'"
+        ).fetchone()
+    assert default is not None
+    assert f"extension lonnymq {default[0]} installed" in capsys.readouterr().out
     assert extension_installed(dsn)
     assert main(["--dsn", dsn, "install"]) == 0  # idempotent
 

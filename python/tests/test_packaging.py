@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,13 @@ import zipfile
 from pathlib import Path
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent
+
+
+def _default_version() -> str:
+    control = (PYTHON_DIR.parent / "lonnymq.control").read_text()
+    match = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.MULTILINE)
+    assert match is not None
+    return match.group(1)
 
 
 def test_wheel_ships_the_sql_and_type_marker(tmp_path: Path) -> None:
@@ -31,7 +39,8 @@ def test_wheel_ships_the_sql_and_type_marker(tmp_path: Path) -> None:
     )
     [wheel] = tmp_path.glob("lonnymq-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "lonnymq/sql/lonnymq--1.0.sql" in names
+    current = f"lonnymq/sql/lonnymq--{_default_version()}.sql"
+    assert current in names
     assert "lonnymq/py.typed" in names
-    script = zipfile.ZipFile(wheel).read("lonnymq/sql/lonnymq--1.0.sql").decode()
-    assert "CREATE FUNCTION lonnymq.message_dequeue" in script
+    script = zipfile.ZipFile(wheel).read(current).decode()
+    assert "FUNCTION lonnymq.message_dequeue(" in script

@@ -8,7 +8,9 @@ SELECT plan(51);
 -- The extension and its schema.
 SELECT has_extension('lonnymq', 'lonnymq is installed');
 SELECT has_schema('lonnymq');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'), '1.0', 'version 1.0');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'),
+          (SELECT default_version FROM pg_available_extensions WHERE name = 'lonnymq'),
+          'the default version of the control file is installed');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'lonnymq'), false, 'not relocatable');
 SELECT is((SELECT n.nspname::text FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
            WHERE e.extname = 'lonnymq'), 'lonnymq', 'installed in schema lonnymq');
