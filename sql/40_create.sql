@@ -119,6 +119,9 @@ COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, inte
 -- Creates a message. channel NULL: a plain FIFO message with no channel.
 -- Ready at coalesce(dequeue_at, now) + delay_ms; priority > 0 means "run now,
 -- ahead of the channel's ordinary messages".
+-- The common case (the queue and channel exist, no capacity, no duplicate)
+-- is three statements: look the channel up, take its shared advisory lock,
+-- insert the message and its hint. Everything else goes through _create_one.
 CREATE OR REPLACE FUNCTION lonnymq.message_create(
     queue text,
     channel text,
@@ -133,23 +136,84 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create(
 )
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
 DECLARE
-    v_base_ms bigint;
+    v_dequeue_ms bigint;
+    v_queue_id integer;
+    v_channel_id bigint;
+    v_lock_key integer;
 BEGIN
-    PERFORM lonnymq._check_name(message_create.queue, 'queue', false);
-    PERFORM lonnymq._check_name(message_create.channel, 'channel', true);
-    PERFORM lonnymq._check_create(message_create.content, message_create.delay_ms,
-                                  message_create.priority, message_create.dedup_key);
-    IF message_create.priority > 0 AND (message_create.dequeue_at IS NOT NULL OR message_create.delay_ms > 0) THEN
+    -- One expression decides that the arguments are valid; only when they are
+    -- not do the validators run, to raise the precise error (22023).
+    IF message_create.queue IS NULL OR pg_catalog.length(message_create.queue) NOT BETWEEN 1 AND 256
+       OR pg_catalog.length(message_create.channel) NOT BETWEEN 1 AND 256
+       OR message_create.content IS NULL
+       OR message_create.delay_ms IS NULL OR message_create.delay_ms NOT BETWEEN 0 AND 315576000000000
+       OR message_create.priority IS NULL OR message_create.priority NOT BETWEEN 0 AND 32767
+       OR pg_catalog.length(message_create.dedup_key) NOT BETWEEN 1 AND 512
+       OR (message_create.priority > 0 AND (message_create.dequeue_at IS NOT NULL OR message_create.delay_ms > 0))
+       OR NOT pg_catalog.isfinite(message_create.dequeue_at) THEN
+        PERFORM lonnymq._check_name(message_create.queue, 'queue', false);
+        PERFORM lonnymq._check_name(message_create.channel, 'channel', true);
+        PERFORM lonnymq._check_create(message_create.content, message_create.delay_ms,
+                                      message_create.priority, message_create.dedup_key);
+        PERFORM lonnymq._ms_of(message_create.dequeue_at, 'dequeue_at');
         PERFORM lonnymq._invalid('a priority message runs now: do not combine priority with dequeue_at or delay_ms');
     END IF;
-    v_base_ms := CASE WHEN message_create.dequeue_at IS NULL THEN lonnymq._now_ms()
-                      ELSE lonnymq._ms_of(message_create.dequeue_at, 'dequeue_at') END;
+    IF message_create.priority > 0 THEN
+        v_dequeue_ms := lonnymq._now_ms() - message_create.priority::bigint * 281474976710656;
+    ELSE
+        v_dequeue_ms := lonnymq._check_dequeue_ms(
+            coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
+                     lonnymq._now_ms()) + message_create.delay_ms);
+    END IF;
+
+    SELECT q.id, c.id, c.lock_key INTO v_queue_id, v_channel_id, v_lock_key
+    FROM lonnymq.queue q
+    LEFT JOIN lonnymq.channel c ON c.queue_id = q.id AND c.name = message_create.channel
+    WHERE q.name = message_create.queue;
+    IF v_channel_id IS NOT NULL THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
+    END IF;
+    IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
+        -- A fresh snapshot, taken after the lock: a channel that a sweep or
+        -- channel_delete removed meanwhile is not found, and neither is one
+        -- that channel_set capped; both go the long way below.
+        WITH target AS (
+            SELECT c.id FROM lonnymq.channel c WHERE c.id = v_channel_id AND c.max_size IS NULL
+            UNION ALL
+            SELECT NULL WHERE v_channel_id IS NULL
+        ), created AS (
+            INSERT INTO lonnymq.message AS m
+                (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
+            SELECT v_queue_id, t.id, message_create.content, message_create.state, v_dequeue_ms,
+                   message_create.priority, message_create.dedup_key
+            FROM target t
+            ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+            RETURNING m.id, m.channel_id
+        ), hinted AS (
+            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k WHERE k.channel_id IS NOT NULL
+        )
+        SELECT k.id INTO message_create.id FROM created k;
+        IF message_create.id IS NOT NULL THEN
+            status := 'created';
+            PERFORM lonnymq._notify('lonnymq', message_create.queue, 'created');
+            RETURN;
+        END IF;
+        -- Nothing inserted: a live duplicate is the answer as it stands.
+        id := lonnymq._live_duplicate(v_queue_id, message_create.dedup_key);
+        IF id IS NOT NULL THEN
+            status := 'deduplicated';
+            RETURN;
+        END IF;
+    END IF;
+    -- New queue or channel, or a capacity.
     SELECT r.status, r.id INTO status, id
-    FROM lonnymq._create_one(lonnymq._queue_id(message_create.queue, true), message_create.queue,
-                             message_create.channel, message_create.content,
-                             lonnymq._check_dequeue_ms(v_base_ms + message_create.delay_ms), message_create.priority,
-                             message_create.dedup_key, message_create.state, 0, 'created', true) r;
+    FROM lonnymq._create_one(coalesce(v_queue_id, lonnymq._queue_id(message_create.queue, true)),
+                             message_create.queue, message_create.channel, message_create.content,
+                             v_dequeue_ms, message_create.priority, message_create.dedup_key,
+                             message_create.state, 0, 'created', true) r;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigint, integer, text, bytea)

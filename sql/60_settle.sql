@@ -29,17 +29,47 @@ $$;
 COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
+-- The common case is three statements: lock the message (reading its
+-- channel's lock key), take the channel's shared advisory lock, delete the
+-- message unless its channel keeps counters or archives completed messages;
+-- those channels take _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_lock record;
+    v_locked_until_ms bigint;
+    v_attempts bigint;
+    v_lock_key integer;
+    v_message lonnymq.message;
 BEGIN
-    v_lock := lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);
-    IF v_lock.p_status IS NOT NULL THEN
-        RETURN v_lock.p_status;
+    IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
+       OR message_complete.num_attempts < 1 THEN
+        PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    PERFORM lonnymq._settle_locked(v_lock.p_message, 'completed', NULL);
+    SELECT m.locked_until_ms, m.num_attempts, c.lock_key INTO v_locked_until_ms, v_attempts, v_lock_key
+    FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+    WHERE m.id = message_complete.id
+    FOR UPDATE OF m;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    ELSIF v_locked_until_ms IS NULL OR v_attempts <> message_complete.num_attempts THEN
+        RETURN 'state_invalid';  -- not delivered, or redelivered since: a stale attempt
+    END IF;
+    IF v_lock_key IS NOT NULL THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
+    END IF;
+    -- The policy is read after the lock, so a channel_set that committed
+    -- meanwhile is seen.
+    DELETE FROM lonnymq.message m
+    WHERE m.id = message_complete.id
+      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                      WHERE c.id = m.channel_id
+                        AND (c.retain_completed
+                             OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)));
+    IF NOT FOUND THEN
+        SELECT m.* INTO v_message FROM lonnymq.message m WHERE m.id = message_complete.id;
+        PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
+    END IF;
     RETURN 'completed';
 END
 $$;
