@@ -46,7 +46,8 @@ def main() -> None:
                f"lonnymq at {results['machine']['git_head']}"
                + (" (sql/ has uncommitted changes)" if results["machine"]["sql_dirty"] else ""))
     if "throughput" in parts:
-        results["throughput"] = throughput.run(rounds, seconds, args.workloads.split(","))
+        results["throughput"] = throughput.run(rounds, seconds, args.workloads.split(","),
+                                               results["install"]["peers"])
     if "latency" in parts:
         common.log("workload 5: dequeue latency by shape")
         results["latency"] = latency.run(scale, 100 if args.quick else 1000, 20, mode)
