@@ -63,8 +63,10 @@ def prepare_database() -> dict[str, Any]:
         script_md5 = conn.execute(
             "SELECT md5(string_agg(p.prosrc, '' ORDER BY p.oid)) FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'").fetchone()[0]
-    return {"extversion": version, "functions_md5": script_md5, "peers": peers,
-            "peers_dir": str(PEERS_DIR.resolve())}
+    # With BENCH_NO_INSTALL the measured lonnymq is whatever was installed, not this checkout.
+    return {"extversion": version, "functions_md5": script_md5,
+            "installed_from_checkout": not os.environ.get("BENCH_NO_INSTALL"),
+            "peers": peers, "peers_dir": str(PEERS_DIR.resolve())}
 
 
 def load_peers(conn: psycopg.Connection[Any]) -> list[str]:
