@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import platform
@@ -23,6 +24,18 @@ PORT = int(os.environ.get("BENCH_PGPORT", "54339"))
 DATABASE = "bench"
 DSN = f"host={HOST} port={PORT} user=postgres dbname={DATABASE}"
 PAYLOAD = "\\x" + "ab" * 128  # 128-byte message body, as bytea hex input
+# PGMQ's bodies are jsonb: the same 128 bytes, base64 in a JSON string, as a client would send them.
+PGMQ_PAYLOAD = json.dumps({"content": base64.b64encode(bytes.fromhex(PAYLOAD[2:])).decode()})
+PGMQ_QUEUE = "bench"
+
+# The peer queues lonnymq is compared with: their install SQL stays outside the repository
+# (never copied in), in LONNYMQ_PEERS_DIR, relative to the repository root unless absolute.
+PEERS_DIR = ROOT / os.environ.get("LONNYMQ_PEERS_DIR", "../shared/peers")
+# peer -> (schema it is loaded into, its install file in PEERS_DIR)
+PEERS: dict[str, tuple[str, str]] = {
+    "pgmq": ("pgmq", "pgmq.sql"),
+    "lonnymq_original": ("lonny_up", "lonnymq-original.sql"),
+}
 
 # Every lonnymq table: truncated between runs so each run starts from the same state.
 LONNYMQ_TABLES = ("message", "channel", "channel_hint", "channel_admission", "batch",
@@ -38,18 +51,40 @@ def connect(autocommit: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
 
 
 def prepare_database() -> dict[str, Any]:
-    """Installs lonnymq (the files `make install` just put in place) and the floor, afresh."""
+    """Installs lonnymq (the files `make install` just put in place), the floor and the peers, afresh."""
     with connect() as conn:
         conn.execute("DROP EXTENSION IF EXISTS lonnymq CASCADE")
         conn.execute("CREATE EXTENSION lonnymq")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute((BENCH_DIR / "floor.sql").read_text())
+        peers = load_peers(conn)
         version = conn.execute(
             "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'").fetchone()[0]
         script_md5 = conn.execute(
             "SELECT md5(string_agg(p.prosrc, '' ORDER BY p.oid)) FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'").fetchone()[0]
-    return {"extversion": version, "functions_md5": script_md5}
+    # With BENCH_NO_INSTALL the measured lonnymq is whatever was installed, not this checkout.
+    return {"extversion": version, "functions_md5": script_md5,
+            "installed_from_checkout": not os.environ.get("BENCH_NO_INSTALL"),
+            "peers": peers, "peers_dir": str(PEERS_DIR.resolve())}
+
+
+def load_peers(conn: psycopg.Connection[Any]) -> list[str]:
+    """Loads every peer whose install file is present into its own schema, afresh; returns their names."""
+    present = [peer for peer, (_, file) in PEERS.items() if (PEERS_DIR / file).is_file()]
+    if len(present) < len(PEERS):
+        missing = ", ".join(file for peer, (_, file) in PEERS.items() if peer not in present)
+        log(f"peers: {missing} not found in {PEERS_DIR.resolve()} (LONNYMQ_PEERS_DIR): "
+            f"skipping {', '.join(p for p in PEERS if p not in present)}")
+    for peer in present:
+        schema, file = PEERS[peer]
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        # Both files expect their schema to exist (PGMQ's creates it only outside an extension).
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute((PEERS_DIR / file).read_text())
+    if "pgmq" in present:
+        conn.execute("SELECT pgmq.create(%s)", (PGMQ_QUEUE,))
+    return present
 
 
 def reset_lonnymq(conn: psycopg.Connection[Any]) -> None:
@@ -59,6 +94,18 @@ def reset_lonnymq(conn: psycopg.Connection[Any]) -> None:
 
 def reset_floor(conn: psycopg.Connection[Any]) -> None:
     conn.execute("TRUNCATE floor.message")
+
+
+def reset_pgmq(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(f"TRUNCATE pgmq.q_{PGMQ_QUEUE}, pgmq.a_{PGMQ_QUEUE}")
+
+
+def reset_lonnymq_original(conn: psycopg.Connection[Any], channels: list[str]) -> None:
+    """Empties the original LonnyMQ and declares `channels` afresh (their counters and heads
+    start at zero): unlimited concurrency and size, no release interval, as lonnymq's defaults."""
+    conn.execute("TRUNCATE lonny_up.message, lonny_up.channel")
+    conn.execute("SELECT lonny_up.channel_set(c, 2147483647, 2147483647, 0) FROM unnest(%s::text[]) c",
+                 (channels,))
 
 
 def settle_server(conn: psycopg.Connection[Any], tables: list[str]) -> None:

@@ -44,9 +44,13 @@ def main() -> None:
                      "machine": common.machine(), "install": common.prepare_database()}
     common.log(f"bench {mode}: {results['machine']['cpu']}, {results['machine']['cores']} cores; "
                f"lonnymq at {results['machine']['git_head']}"
-               + (" (sql/ has uncommitted changes)" if results["machine"]["sql_dirty"] else ""))
+               + (" (sql/ has uncommitted changes)" if results["machine"]["sql_dirty"] else "")
+               + ("" if results["install"]["installed_from_checkout"] else
+                  f"; BENCH_NO_INSTALL: measuring the installed lonnymq "
+                  f"{results['install']['extversion']} (functions md5 {results['install']['functions_md5']})"))
     if "throughput" in parts:
-        results["throughput"] = throughput.run(rounds, seconds, args.workloads.split(","))
+        results["throughput"] = throughput.run(rounds, seconds, args.workloads.split(","),
+                                               results["install"]["peers"])
     if "latency" in parts:
         common.log("workload 5: dequeue latency by shape")
         results["latency"] = latency.run(scale, 100 if args.quick else 1000, 20, mode)

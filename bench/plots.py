@@ -10,25 +10,40 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# Legend label and colour per throughput system, in the order the bars stand in each group.
+SYSTEM_STYLE = {
+    "floor": ("floor (bare SKIP LOCKED)", "#999999"),
+    "pgmq": ("PGMQ", "#2ca02c"),
+    "lonnymq_original": ("original LonnyMQ", "#ff7f0e"),
+    "lonnymq": ("lonnymq", "#1f77b4"),
+    "lonnymq_notify_off": ("lonnymq, events off (diagnostic)", "#aec7e8"),
+}
+
 
 def throughput(results: dict[str, Any], path: Path) -> None:
     summary = results["throughput"]["summary"]
-    keys = [k for k in summary if "floor" in summary[k] or "lonnymq" in summary[k]]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
-    x = range(len(keys))
-    floor = [summary[k].get("floor", {}).get("messages_per_s", 0) for k in keys]
-    lonny = [summary[k].get("lonnymq", {}).get("messages_per_s", 0) for k in keys]
-    ax.bar([i - 0.2 for i in x], floor, 0.4, label="floor (bare SKIP LOCKED)", color="#999999")
-    ax.bar([i + 0.2 for i in x], lonny, 0.4, label="lonnymq", color="#1f77b4")
-    for i, k in enumerate(keys):
-        if "ratio" in summary[k]:
-            ax.annotate(f"{summary[k]['ratio']:.2f}x", (i + 0.2, lonny[i]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(list(x))
+    keys = list(summary)
+    systems = [s for s in SYSTEM_STYLE if any(s in summary[k] for k in keys)]
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(12, 5))
+    for j, system in enumerate(systems):
+        label, colour = SYSTEM_STYLE[system]
+        # A system keeps its slot in every group, so a workload it skips shows as a gap.
+        ran = [(i, summary[k][system]) for i, k in enumerate(keys) if system in summary[k]]
+        xs = [i - 0.4 + (j + 0.5) * width for i, _ in ran]
+        ys = [stats["messages_per_s"] for _, stats in ran]
+        ax.bar(xs, ys, width, label=label, color=colour)
+        for x, y, (_, stats) in zip(xs, ys, ran):
+            if "ratio_to_floor" in stats:
+                ax.annotate(f"{stats['ratio_to_floor']:.2f}x", (x, y), ha="center", va="bottom",
+                            fontsize=6, rotation=90)
+    ax.set_xticks(range(len(keys)))
     ax.set_xticklabels([k.replace("/sync_", "\nsync ") for k in keys], fontsize=8)
     ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.6)  # room for the ratios above the tallest bars
     ax.set_ylabel("messages / s (median, log scale)")
-    ax.set_title("Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers")
-    ax.legend()
+    ax.set_title("Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers (ratio to the floor above bars)")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

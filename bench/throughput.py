@@ -1,4 +1,4 @@
-"""Workloads 1-4: message lifecycle throughput, lonnymq against the floor.
+"""Workloads 1-4: message lifecycle throughput, lonnymq against the floor and the peer queues.
 
 Each run: reset the queue, seed a small backlog, VACUUM + CHECKPOINT, then 4
 producer clients and 4 consumer clients (two pgbench processes) for a fixed
@@ -6,14 +6,31 @@ time. Messages per second = min(created, completed) / time, where completed =
 seed + created - left: whichever side is slower bounds the full lifecycle.
 Rounds interleave systems, workloads and synchronous_commit settings so
 background load on the machine hits all of them alike; medians are reported.
+The peers (PGMQ, the original LonnyMQ) run when prepare_database() loaded them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from common import (PAYLOAD, connect, log, median, pgbench, pgbench_result, reset_floor,
-                    reset_lonnymq, settle_server)
+from common import (
+    PAYLOAD,
+    PEERS,
+    PGMQ_PAYLOAD,
+    PGMQ_QUEUE,
+    connect,
+    log,
+    median,
+    pgbench,
+    pgbench_result,
+    reset_floor,
+    reset_lonnymq,
+    reset_lonnymq_original,
+    reset_pgmq,
+    settle_server,
+)
 
 PRODUCERS = 4
 CONSUMERS = 4
@@ -26,7 +43,6 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "w3_channel_less": {"channels": 0, "batch": 1},
     "w4_batches": {"channels": 100, "batch": 100},
 }
-SYSTEMS = ("floor", "lonnymq")
 # A diagnostic variant, run for workload 1 only: lonnymq with its NOTIFY events
 # off. The floor sends none; in PostgreSQL 15 every notifying commit holds a
 # cluster-wide lock through its WAL flush, so this row shows what the events
@@ -35,53 +51,107 @@ NOTIFY_OFF = "lonnymq_notify_off"
 NOTIFY_OFF_WORKLOADS = ("w1_lifecycle",)
 
 
-def _scripts(system: str, batch: int) -> tuple[str, str]:
+def _seed_floor(conn: Any, channels: list[str | None]) -> None:
+    reset_floor(conn)
+    conn.execute("INSERT INTO floor.message (channel, content) "
+                 "SELECT c, %s::bytea FROM unnest(%s::text[]) c", (PAYLOAD, channels))
+
+
+def _seed_lonnymq(conn: Any, channels: list[str | None]) -> None:
+    reset_lonnymq(conn)
+    conn.execute("SELECT count(*) FROM lonnymq.message_create_batch('bench', %s::text[], "
+                 "array_fill(%s::bytea, ARRAY[%s]))", (channels, PAYLOAD, len(channels)))
+
+
+def _seed_pgmq(conn: Any, channels: list[str | None]) -> None:
+    # PGMQ has no channels: the same number of messages, all in its one queue.
+    reset_pgmq(conn)
+    conn.execute("SELECT count(*) FROM pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))",
+                 (PGMQ_QUEUE, PGMQ_PAYLOAD, len(channels)))
+
+
+def _seed_lonnymq_original(conn: Any, channels: list[str | None]) -> None:
+    # It has no batch create: one message_create per message, on channels declared first.
+    reset_lonnymq_original(conn, sorted({c for c in channels if c is not None}))
+    created = conn.execute(
+        "SELECT count(*) FROM unnest(%s::text[]) c, lonny_up.message_create(c, %s::bytea, NULL) r "
+        "WHERE r.result_code = 0", (channels, PAYLOAD)).fetchone()[0]
+    if created != len(channels):
+        raise RuntimeError(f"original LonnyMQ refused {len(channels) - created} seed messages")
+
+
+@dataclass(frozen=True)
+class System:
+    """One queue the benchmark drives with the same pgbench driver."""
+
+    name: str
+    scripts: str  # bench/pgbench/<scripts>[_batch]_{create,consume}.sql
+    seed: Callable[[Any, list[str | None]], None]  # empties it and creates the given messages
+    tables: tuple[str, ...]  # vacuumed before a run; the first holds its not-yet-completed messages
+    workloads: tuple[str, ...] = tuple(WORKLOADS)
+    settings: str = ""  # extra PGOPTIONS for its pgbench sessions
+
+    @property
+    def live_table(self) -> str:
+        return self.tables[0]
+
+
+# lonnymq's tables the seed leaves rows in (the first holds the messages).
+LONNYMQ_VACUUMED = tuple(f"lonnymq.{t}" for t in ("message", "channel", "channel_hint", "queue"))
+# In run order (reversed every other round). lonnymq's events-off variant sits next to it.
+SYSTEMS: tuple[System, ...] = (
+    System("floor", "floor", _seed_floor, ("floor.message",)),
+    System("pgmq", "pgmq", _seed_pgmq, (f"pgmq.q_{PGMQ_QUEUE}",)),
+    # No channel-less messages (workload 3) and no batch calls (workload 4).
+    System("lonnymq_original", "lonnymq_original", _seed_lonnymq_original,
+           ("lonny_up.message", "lonny_up.channel"), workloads=("w1_lifecycle", "w2_hot_channel")),
+    System("lonnymq", "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED),
+    System(NOTIFY_OFF, "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED,
+           workloads=NOTIFY_OFF_WORKLOADS, settings="-c lonnymq.notify=off"),
+)
+BY_NAME = {system.name: system for system in SYSTEMS}
+
+
+def _scripts(system: System, batch: int) -> tuple[str, str]:
     kind = "_batch" if batch > 1 else ""
-    return f"{system}{kind}_create.sql", f"{system}{kind}_consume.sql"
+    return f"{system.scripts}{kind}_create.sql", f"{system.scripts}{kind}_consume.sql"
 
 
-def _live(conn: Any, system: str) -> int:
-    table = "floor.message" if system == "floor" else "lonnymq.message"
-    return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+def _live(conn: Any, system: System) -> int:
+    return conn.execute(f"SELECT count(*) FROM {system.live_table}").fetchone()[0]
 
 
 def seed(conn: Any, system: str, channels: int) -> None:
     """Empties the system's queue and puts SEED messages on `channels` channels (0: none)."""
-    if system == "floor":
-        reset_floor(conn)
-        conn.execute(
-            "INSERT INTO floor.message (channel, content) "
-            "SELECT CASE WHEN %s > 0 THEN 'c' || (1 + i %% %s) END, %s::bytea "
-            "FROM generate_series(1, %s) i",
-            (channels, max(channels, 1), PAYLOAD, SEED))
-        settle_server(conn, ["floor.message"])
-    else:
-        reset_lonnymq(conn)
-        conn.execute(
-            "SELECT count(*) FROM lonnymq.message_create_batch('bench', "
-            "(SELECT array_agg(CASE WHEN %s > 0 THEN 'c' || (1 + i %% %s) END) "
-            " FROM generate_series(1, %s) i), array_fill(%s::bytea, ARRAY[%s]))",
-            (channels, max(channels, 1), SEED, PAYLOAD, SEED))
-        settle_server(conn, [f"lonnymq.{t}" for t in ("message", "channel", "channel_hint", "queue")])
+    spec = BY_NAME[system]
+    names = [f"c{1 + i % channels}" if channels > 0 else None for i in range(1, SEED + 1)]
+    spec.seed(conn, names)
+    settle_server(conn, list(spec.tables))
+
+
+def systems_for(workload: str, peers: list[str]) -> tuple[str, ...]:
+    """The systems that run `workload`: peers only when loaded, each only where it can."""
+    return tuple(s.name for s in SYSTEMS
+                 if workload in s.workloads and (s.name not in PEERS or s.name in peers))
 
 
 def run_once(system: str, workload: str, synchronous_commit: str, seconds: float,
              capture_statements: bool = False) -> dict[str, Any]:
     spec = WORKLOADS[workload]
-    settings = "-c lonnymq.notify=off" if system == NOTIFY_OFF else ""
-    base = "lonnymq" if system == NOTIFY_OFF else system
-    create, consume = _scripts(base, spec["batch"])
-    defines = {"nchannels": spec["channels"], "payload": PAYLOAD, "batch": spec["batch"]}
+    target = BY_NAME[system]
+    create, consume = _scripts(target, spec["batch"])
+    defines = {"nchannels": spec["channels"], "payload": PAYLOAD, "json_payload": PGMQ_PAYLOAD,
+               "batch": spec["batch"]}
     with connect() as conn:
-        seed(conn, base, spec["channels"])
-        before = _live(conn, base)
+        seed(conn, system, spec["channels"])
+        before = _live(conn, target)
         if capture_statements:
             conn.execute("SELECT pg_stat_statements_reset()")
-        producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit, settings=settings)
-        consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit, settings=settings)
+        producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit, settings=target.settings)
+        consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit, settings=target.settings)
         produced = pgbench_result(producers)
         consumed = pgbench_result(consumers)
-        after = _live(conn, base)
+        after = _live(conn, target)
         statements = _top_statements(conn) if capture_statements else None
     created = produced["transactions"] * spec["batch"]
     completed = before + created - after
@@ -105,7 +175,7 @@ def run_once(system: str, workload: str, synchronous_commit: str, seconds: float
     }
     if statements is not None:
         result["top_statements"] = statements
-    log(f"  {workload:16s} {system:8s} sync={synchronous_commit:3s} "
+    log(f"  {workload:16s} {system:18s} sync={synchronous_commit:3s} "
         f"{result['messages_per_s']:8.0f} msg/s  created {result['created_per_s']:8.0f}/s  "
         f"completed {result['completed_per_s']:8.0f}/s  "
         f"backlog {before}->{after}")
@@ -123,14 +193,15 @@ def _top_statements(conn: Any) -> list[dict[str, Any]]:
              "query": r[4]} for r in rows]
 
 
-def run(rounds: int, seconds: float, workloads: list[str]) -> dict[str, Any]:
+def run(rounds: int, seconds: float, workloads: list[str], peers: list[str]) -> dict[str, Any]:
+    """`peers`: the peer queues prepare_database() loaded (the others are skipped)."""
     runs: list[dict[str, Any]] = []
     for r in range(rounds):
         log(f"throughput round {r + 1}/{rounds}")
         for workload in workloads:
             for sync in ("on", "off"):
-                # Alternate which system goes first, so neither always inherits the other's wake.
-                systems = SYSTEMS + ((NOTIFY_OFF,) if workload in NOTIFY_OFF_WORKLOADS else ())
+                # Alternate which system goes first, so none always inherits another's wake.
+                systems = systems_for(workload, peers)
                 order = systems if (r % 2 == 0) else tuple(reversed(systems))
                 for system in order:
                     capture = (r == rounds - 1 and sync == "on")
@@ -138,40 +209,60 @@ def run(rounds: int, seconds: float, workloads: list[str]) -> dict[str, Any]:
                     result["round"] = r + 1
                     runs.append(result)
     return {"runs": runs, "summary": summarize(runs), "rounds": rounds, "seconds": seconds,
-            "producers": PRODUCERS, "consumers": CONSUMERS, "seed": SEED}
+            "producers": PRODUCERS, "consumers": CONSUMERS, "seed": SEED, "peers": peers}
+
+
+def _system_summary(sel: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "messages_per_s": median([r["messages_per_s"] for r in sel]),
+        "all_messages_per_s": [round(r["messages_per_s"], 1) for r in sel],
+        "backlog_growth_per_s": median([r["backlog_growth_per_s"] for r in sel]),
+        "empty_dequeue_fraction": median([r["empty_dequeue_fraction"] or 0 for r in sel]),
+    }
+
+
+def _add_ratio(entry: dict[str, Any], cell: list[dict[str, Any]], other: str, key: str) -> None:
+    """lonnymq / `other` as `key` (ratio of medians), `key`_per_round and `key`_median_of_rounds:
+    the same ratio within each round, robust to load drifting between rounds."""
+    if not entry[other]["messages_per_s"]:
+        return
+    entry[key] = entry["lonnymq"]["messages_per_s"] / entry[other]["messages_per_s"]
+    per_round = []
+    for rnd in sorted({r["round"] for r in cell}):
+        mine = [r["messages_per_s"] for r in cell if r["round"] == rnd and r["system"] == "lonnymq"]
+        theirs = [r["messages_per_s"] for r in cell if r["round"] == rnd and r["system"] == other]
+        if mine and theirs and theirs[0]:
+            per_round.append(mine[0] / theirs[0])
+    entry[f"{key}_per_round"] = [round(x, 3) for x in per_round]
+    entry[f"{key}_median_of_rounds"] = median(per_round)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median messages/s per (workload, sync, system) and the lonnymq/floor ratio."""
+    """Per (workload, sync): median messages/s of every system that ran and its ratio to the
+    floor; lonnymq's ratio to the floor (`ratio`) and to the fastest peer (`best_peer`,
+    `ratio_best_peer`)."""
     summary: dict[str, Any] = {}
     keys = sorted({(r["workload"], r["synchronous_commit"]) for r in runs})
     for workload, sync in keys:
+        cell = [r for r in runs if r["workload"] == workload and r["synchronous_commit"] == sync]
         entry: dict[str, Any] = {}
-        for system in SYSTEMS + (NOTIFY_OFF,):
-            sel = [r for r in runs if r["workload"] == workload
-                   and r["synchronous_commit"] == sync and r["system"] == system]
-            if not sel:
-                continue
-            entry[system] = {
-                "messages_per_s": median([r["messages_per_s"] for r in sel]),
-                "all_messages_per_s": [round(r["messages_per_s"], 1) for r in sel],
-                "backlog_growth_per_s": median([r["backlog_growth_per_s"] for r in sel]),
-                "empty_dequeue_fraction": median([r["empty_dequeue_fraction"] or 0 for r in sel]),
-            }
-        if "floor" in entry and "lonnymq" in entry and entry["floor"]["messages_per_s"]:
-            # Ratio of medians, and the median of per-round ratios (robust to drifting load).
-            entry["ratio"] = entry["lonnymq"]["messages_per_s"] / entry["floor"]["messages_per_s"]
-            per_round = []
-            for rnd in sorted({r["round"] for r in runs}):
-                a = [r for r in runs if r["round"] == rnd and r["workload"] == workload
-                     and r["synchronous_commit"] == sync]
-                f = [x["messages_per_s"] for x in a if x["system"] == "floor"]
-                q = [x["messages_per_s"] for x in a if x["system"] == "lonnymq"]
-                if f and q and f[0]:
-                    per_round.append(q[0] / f[0])
-            entry["ratio_per_round"] = [round(x, 3) for x in per_round]
-            entry["ratio_median_of_rounds"] = median(per_round)
-        if "floor" in entry and NOTIFY_OFF in entry and entry["floor"]["messages_per_s"]:
-            entry["ratio_notify_off"] = entry[NOTIFY_OFF]["messages_per_s"] / entry["floor"]["messages_per_s"]
+        for system in SYSTEMS:
+            sel = [r for r in cell if r["system"] == system.name]
+            if sel:
+                entry[system.name] = _system_summary(sel)
+        floor = entry.get("floor", {}).get("messages_per_s")
+        if floor:
+            for name, stats in entry.items():
+                if name != "floor":
+                    stats["ratio_to_floor"] = stats["messages_per_s"] / floor
+        if "lonnymq" in entry and floor:
+            _add_ratio(entry, cell, "floor", "ratio")
+        if NOTIFY_OFF in entry and floor:
+            entry["ratio_notify_off"] = entry[NOTIFY_OFF]["messages_per_s"] / floor
+        peers = [p for p in PEERS if p in entry]
+        if peers and "lonnymq" in entry:
+            best = max(peers, key=lambda p: entry[p]["messages_per_s"])
+            entry["best_peer"] = {"name": best, "messages_per_s": entry[best]["messages_per_s"]}
+            _add_ratio(entry, cell, best, "ratio_best_peer")
         summary[f"{workload}/sync_{sync}"] = entry
     return summary
