@@ -24,3 +24,16 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._lock_class() IS 'Advisory lock class of lonnymq.';
+
+-- A second advisory lock class, keyed like the first: "the head of this
+-- channel may rise". Everyone only ever tries it, so nobody waits on it.
+-- Producers that skip a hint hold it shared until commit; a dequeuer that
+-- raises a head holds it exclusively (see _channel_raise_head).
+CREATE OR REPLACE FUNCTION lonnymq._head_lock_class() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 1819176552;  -- the bytes of 'lonh'
+END
+$$;
+COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';

@@ -142,6 +142,7 @@ DECLARE
     v_queue_id integer;
     v_channel_id bigint;
     v_lock_key integer;
+    v_head_held boolean;
 BEGIN
     -- One expression decides that the arguments are valid; only when they are
     -- not do the validators run, to raise the precise error (22023).
@@ -170,19 +171,28 @@ BEGIN
 
     SELECT q.id, c.id, c.lock_key INTO v_queue_id, v_channel_id, v_lock_key
     FROM lonnymq.queue q
-    LEFT JOIN lonnymq.channel c ON c.queue_id = q.id AND c.name = message_create.channel
+    LEFT JOIN LATERAL (SELECT c.id, c.lock_key FROM lonnymq.channel c
+                       WHERE c.queue_id = q.id AND c.name = message_create.channel
+                       LIMIT 1) c ON true
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
+        -- Held: the head cannot rise until this commits, so no hint is
+        -- needed behind it. Busy (a head being raised), or a snapshot older
+        -- than this statement (which may miss a raise): hint regardless.
+        v_head_held := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+        IF v_head_held THEN
+            v_head_held := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_lock_key);
+        END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
         -- A fresh snapshot, taken after the lock: a channel that a sweep or
         -- channel_delete removed meanwhile is not found, and neither is one
         -- that channel_set capped; both go the long way below.
         WITH target AS (
-            SELECT c.id FROM lonnymq.channel c WHERE c.id = v_channel_id AND c.max_size IS NULL
+            SELECT c.id, c.head_ms FROM lonnymq.channel c WHERE c.id = v_channel_id AND c.max_size IS NULL
             UNION ALL
-            SELECT NULL WHERE v_channel_id IS NULL
+            SELECT NULL, NULL WHERE v_channel_id IS NULL
         ), created AS (
             INSERT INTO lonnymq.message AS m
                 (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
@@ -192,8 +202,12 @@ BEGIN
             ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
         ), hinted AS (
+            -- A hint only when the message is earlier than the channel's
+            -- head, a lower bound that cannot rise while this producer holds
+            -- the head lock (see _channel_raise_head): in a backlog, none.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k WHERE k.channel_id IS NOT NULL
+            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k JOIN target t ON t.id = k.channel_id
+            WHERE NOT v_head_held OR t.head_ms IS NULL OR v_dequeue_ms < t.head_ms
         )
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN

@@ -1,440 +1,506 @@
 -- ===========================================================================
--- Dequeue: expired locks first, then the fairest ready channel.
--- Never waits for a lock (every probe is SKIP LOCKED), so it cannot deadlock
--- and a busy row only ever sends it to the next candidate.
+-- Dequeue: expired locks first, then the fairest ready channels.
+-- Never waits for a lock (every probe is SKIP LOCKED or a try), so it cannot
+-- deadlock and a busy row only ever sends it to the next candidate.
+--
+-- message_dequeue is a short loop over named, set-based steps, each of which
+-- serves as many messages as it can in one or two statements:
+--   _dequeue_expired      redeliver messages whose lock expired
+--   _dequeue_round        a round of free channels: lock the fairest, claim
+--                         one head each, record every turn
+--   _dequeue_channelless  the queue's channel-less messages, one more "channel"
+--   _dequeue_shared       a channel held by another dequeuer, shared
+-- The steps plan their statements once per session (generic plans: the
+-- statements are planned again on every call otherwise, which costs more than
+-- running them). Each statement touches a handful of rows through indexes, so
+-- the plans may use nothing else: no sequential scans, no hash or merge
+-- joins, which the generic estimates of small tables and CTEs would otherwise
+-- choose, reading every channel. A dequeue walks the scheduler index in order
+-- and stops, whatever the table sizes.
+-- Every step returns the delivery rows; _dequeue_round and _dequeue_shared
+-- also return a row with a NULL id for each channel they took but could not
+-- serve, which the caller passes over for the rest of the call.
 -- ===========================================================================
 
--- Delivers a message the caller has locked: the next attempt, locked until
--- p_locked_until_ms. Returns the updated row.
-CREATE OR REPLACE FUNCTION lonnymq._claim(p_id bigint, p_locked_until_ms bigint) RETURNS lonnymq.message
+-- The dequeue_at a delivery reports: priority messages show their creation
+-- time (their dequeue_ms is offset by priority steps, see 40_create.sql).
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_at(p_dequeue_ms bigint, p_priority integer) RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 'epoch'::timestamptz + (p_dequeue_ms + p_priority::bigint * 281474976710656) * '1 millisecond'::interval;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at shown for a message.';
+
+-- Moves an unlocked message that is out of attempts to the archive as dead
+-- (a deferred message whose next delivery would exceed max_attempts). The
+-- caller holds the message row lock and the channel's shared advisory lock;
+-- p_holds_channel says whether it also holds the channel row, which a
+-- capacity count needs.
+CREATE OR REPLACE FUNCTION lonnymq._dead_letter_deferred(p_message lonnymq.message, p_max_attempts integer,
+                                                         p_holds_channel boolean, p_queue text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lonnymq._archive(p_message, 'dead',
+        pg_catalog.format('deferred after attempt %s of %s', p_message.num_attempts, p_max_attempts));
+    DELETE FROM lonnymq.message m WHERE m.id = p_message.id;
+    IF p_holds_channel THEN
+        UPDATE lonnymq.channel c SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
+        WHERE c.id = p_message.channel_id;
+    END IF;
+    PERFORM lonnymq._notify('lonnymq_dead', p_queue, 'dead');
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dead_letter_deferred(lonnymq.message, integer, boolean, text)
+    IS 'Archives an unlocked message that is out of attempts as dead.';
+
+-- Dead-letters the due heads of a channel that are out of attempts, until
+-- its first due head can be delivered. A dead-letter takes no turn, so the
+-- channel keeps its place: exactly what single dequeues in a row would do.
+CREATE OR REPLACE FUNCTION lonnymq._dead_letter_heads(p_channel lonnymq.channel, p_now_ms bigint,
+                                                      p_holds_channel boolean, p_queue text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_message lonnymq.message;
+    v_head lonnymq.message;
 BEGIN
-    UPDATE lonnymq.message m
-    SET num_attempts = m.num_attempts + 1, locked_until_ms = p_locked_until_ms
-    WHERE m.id = p_id
-    RETURNING m.* INTO v_message;
-    RETURN v_message;
+    LOOP
+        SELECT m.* INTO v_head FROM lonnymq.message m
+        WHERE m.queue_id = p_channel.queue_id AND m.channel_id = p_channel.id AND m.locked_until_ms IS NULL
+          AND m.dequeue_ms <= p_now_ms
+        ORDER BY m.dequeue_ms, m.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        EXIT WHEN v_head.id IS NULL OR v_head.num_attempts < p_channel.max_attempts;
+        PERFORM lonnymq._dead_letter_deferred(v_head, p_channel.max_attempts, p_holds_channel, p_queue);
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._claim(bigint, bigint) IS 'Locks a message for its next delivery.';
+COMMENT ON FUNCTION lonnymq._dead_letter_heads(lonnymq.channel, bigint, boolean, text)
+    IS 'Dead-letters due heads out of attempts until one can be delivered.';
+
+-- A message whose lock expired on its last allowed attempt goes to the archive
+-- as dead instead of being redelivered. Needs the channel's locks, without
+-- waiting: returns false (nothing done) when they are busy.
+CREATE OR REPLACE FUNCTION lonnymq._dead_letter_expired(p_message lonnymq.message, p_channel lonnymq.channel,
+                                                        p_queue text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), p_channel.lock_key) THEN
+        RETURN false;
+    END IF;
+    IF lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+       AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = p_channel.id
+                       FOR NO KEY UPDATE SKIP LOCKED) THEN
+        RETURN false;
+    END IF;
+    PERFORM lonnymq._settle_locked(p_message, 'dead',
+        pg_catalog.format('lock expired after attempt %s of %s', p_message.num_attempts, p_channel.max_attempts));
+    PERFORM lonnymq._notify('lonnymq_dead', p_queue, 'dead');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dead_letter_expired(lonnymq.message, lonnymq.channel, text)
+    IS 'Archives an expired delivery that is out of attempts, if its channel can be had without waiting.';
+
+-- Step 1. Redelivers up to p_want messages whose lock expired, earliest
+-- expiry first. Their channel slots stayed counted, so limits are unaffected.
+-- One statement when none has expired.
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_expired(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                    p_want integer)
+RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz, recovered boolean)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_want integer := p_want;
+    v_expired bigint[];
+    v_skipped bigint[] := '{}';  -- out of attempts, but their channel was busy
+    v_served integer;
+    v_dying record;
+BEGIN
+    WHILE v_want > 0 LOOP
+        SELECT coalesce(pg_catalog.array_agg(x.id ORDER BY x.locked_until_ms, x.id), '{}') INTO v_expired
+        FROM (SELECT m.id, m.locked_until_ms FROM lonnymq.message m
+              WHERE m.queue_id = p_queue.id AND m.locked_until_ms IS NOT NULL
+                AND m.locked_until_ms <= p_now_ms AND m.id <> ALL (v_skipped)
+              ORDER BY m.locked_until_ms, m.id
+              LIMIT v_want
+              FOR UPDATE SKIP LOCKED) x;
+        EXIT WHEN pg_catalog.cardinality(v_expired) = 0;
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE lonnymq.message m
+            SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+            WHERE m.id = ANY (v_expired)
+              AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                              WHERE c.id = m.channel_id AND m.num_attempts >= c.max_attempts)
+            RETURNING m.*
+        )
+        SELECT k.id, c.name, k.content, k.state, k.num_attempts, lonnymq._dequeue_at(k.dequeue_ms, k.priority), true
+        FROM claimed k LEFT JOIN lonnymq.channel c ON c.id = k.channel_id
+        ORDER BY pg_catalog.array_position(v_expired, k.id);
+        GET DIAGNOSTICS v_served = ROW_COUNT;
+        -- The rest are out of attempts: dead-lettered, then their places refilled.
+        FOR v_dying IN
+            SELECT m AS message, c AS channel FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
+            WHERE m.id = ANY (v_expired) AND m.locked_until_ms <= p_now_ms
+            ORDER BY m.locked_until_ms, m.id
+        LOOP
+            IF NOT lonnymq._dead_letter_expired(v_dying.message, v_dying.channel, p_queue.name) THEN
+                v_skipped := v_skipped || (v_dying.message).id;
+            END IF;
+        END LOOP;
+        EXIT WHEN pg_catalog.cardinality(v_expired) < v_want;  -- none left
+        v_want := v_want - v_served;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer)
+    IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
+
+-- Step 2. A round: locks up to p_want of the fairest ready channels that no
+-- other transaction holds (only those in p_only when given, only those fairer
+-- than the channel-less key p_free_ms/p_free_seq when given), claims the first
+-- due message of each, and records every turn, in one statement. Serving them
+-- in key order is what single dequeues in a row do: a channel served gets a
+-- key (this turn) after all of them. Turns are numbered in that order.
+-- A channel with nothing to take (a stale key, or every ready message being
+-- claimed by others) takes no turn and comes back as a row with a NULL id.
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                  p_want integer, p_free_ms bigint, p_tried bigint[],
+                                                  p_only bigint[])
+RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_round lonnymq.channel[];
+    v_channel lonnymq.channel;
+BEGIN
+    -- Lock order: the channel's advisory lock (shared, tried in the WHERE
+    -- clause, which runs before the row lock), then its row.
+    SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
+    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
+          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+            AND (p_only IS NULL OR c.id = ANY (p_only))
+            AND (p_free_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_free_ms, p_queue.nochannel_turn_seq))
+            AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
+          ORDER BY c.ready_ms, c.turn_seq, c.id
+          LIMIT p_want
+          FOR NO KEY UPDATE SKIP LOCKED) r;
+    IF pg_catalog.cardinality(v_round) = 0 THEN
+        RETURN;
+    END IF;
+    FOREACH v_channel IN ARRAY v_round LOOP
+        IF v_channel.max_attempts IS NOT NULL THEN
+            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
+        END IF;
+    END LOOP;
+
+    RETURN QUERY
+    WITH candidate AS (
+        SELECT u.id, u.name, u.ordinality AS ord,
+               lonnymq._accounted(u.max_concurrency, u.release_interval_ms, u.max_size)::integer AS counted
+        FROM pg_catalog.unnest(v_round) WITH ORDINALITY AS u
+    ), head AS (
+        SELECT k.id AS channel_id, k.ord, k.counted, h.id AS message_id
+        FROM candidate k
+        CROSS JOIN LATERAL (
+            SELECT m.id FROM lonnymq.message m
+            WHERE m.queue_id = p_queue.id AND m.channel_id = k.id AND m.locked_until_ms IS NULL
+              AND m.dequeue_ms <= p_now_ms
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) h
+    ), claimed AS (
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+        FROM head h WHERE m.id = h.message_id
+        RETURNING m.*, h.ord, h.counted
+    ), turn AS (
+        -- Turn numbers drawn in round order.
+        SELECT k.channel_id, k.counted, pg_catalog.nextval('lonnymq.turn_seq') AS seq
+        FROM (SELECT c.channel_id, c.counted, c.ord FROM claimed c ORDER BY c.ord) k
+    ), turned AS (
+        -- The head stays where it is: a lower bound, which only
+        -- _channel_raise_head may raise (below, once nothing is due).
+        UPDATE lonnymq.channel c
+        SET locked_count = c.locked_count + t.counted,
+            last_turn_ms = p_now_ms,
+            turn_seq = t.seq,
+            ready_ms = lonnymq._ready_ms(c.head_ms, p_now_ms, c.release_interval_ms,
+                                         c.locked_count + t.counted, c.max_concurrency, t.seq)
+        FROM turn t WHERE c.id = t.channel_id
+    )
+    SELECT k.id, m.id, k.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority)
+    FROM candidate k LEFT JOIN claimed m ON m.ord = k.ord
+    ORDER BY k.ord;
+
+    -- Channels with nothing due any more (a stale key, or their last due
+    -- message just taken) get their head raised, if no producer is in flight.
+    PERFORM lonnymq._channel_raise_head(r.id, r.lock_key)
+    FROM pg_catalog.unnest(v_round) AS r
+    WHERE NOT EXISTS (SELECT 1 FROM lonnymq.message m
+                      WHERE m.queue_id = p_queue.id AND m.channel_id = r.id AND m.locked_until_ms IS NULL
+                        AND m.dequeue_ms <= p_now_ms);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
+    IS 'Dequeue step: a round of the fairest free channels, one message each, turns recorded.';
+
+-- Step 3. The queue's channel-less messages, in (dequeue_at, id) order. With
+-- a p_turn_seq (channels compete), one message, and its turn recorded on the
+-- queue row, only if that row is free: channel-less traffic never queues on it.
+-- Otherwise up to p_want in one statement.
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_channelless(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                        p_want integer, p_turn_seq bigint)
+RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz, recovered boolean)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+        WHERE m.id IN (SELECT f.id FROM lonnymq.message f
+                       WHERE f.queue_id = p_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
+                         AND f.dequeue_ms <= p_now_ms
+                       ORDER BY f.dequeue_ms, f.id
+                       LIMIT CASE WHEN p_turn_seq IS NULL THEN p_want ELSE 1 END
+                       FOR UPDATE SKIP LOCKED)
+        RETURNING m.*
+    )
+    SELECT k.id, NULL::text, k.content, k.state, k.num_attempts, lonnymq._dequeue_at(k.dequeue_ms, k.priority), false
+    FROM claimed k
+    ORDER BY k.dequeue_ms, k.id;
+    IF FOUND AND p_turn_seq IS NOT NULL THEN
+        UPDATE lonnymq.queue q
+        SET nochannel_turn_ms = p_now_ms, nochannel_turn_seq = p_turn_seq
+        WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = p_queue.id FOR NO KEY UPDATE SKIP LOCKED);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, integer, bigint)
+    IS 'Dequeue step: channel-less messages, as one more channel.';
+
+-- Step 4. Every ready channel is held by another transaction: take messages
+-- from the fairest held channel without accounting anyway, exactly like a
+-- bare SKIP LOCKED queue (p_hinted: channels whose new work only their holder
+-- has folded in so far). Sharing takes no turn (the holder records it), so
+-- single dequeues in a row would take its messages one after another: up to
+-- p_want in one statement. A channel found free by now is served by a round
+-- instead; one that cannot be shared (gone, or accounted since) or has
+-- nothing to take comes back as a row with a NULL id.
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_shared(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                   p_want integer, p_free_ms bigint, p_tried bigint[],
+                                                   p_hinted bigint[])
+RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_channel lonnymq.channel;
+BEGIN
+    SELECT c.* INTO v_channel FROM lonnymq.channel c
+    WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+      AND (p_free_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_free_ms, p_queue.nochannel_turn_seq))
+      AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
+      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
+    ORDER BY c.ready_ms, c.turn_seq, c.id
+    LIMIT 1;
+    IF v_channel.id IS NULL AND p_free_ms IS NULL THEN
+        SELECT c.* INTO v_channel FROM lonnymq.channel c
+        WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
+          AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
+          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
+        ORDER BY c.last_turn_ms, c.turn_seq, c.id
+        LIMIT 1;
+    END IF;
+    IF v_channel.id IS NULL THEN
+        RETURN;
+    END IF;
+    -- Checked again now that its advisory lock is held: its holder may have gone.
+    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_free_ms, p_tried,
+                                                      ARRAY[v_channel.id]);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Still held. Read afresh: a policy change that committed after the pick's
+    -- snapshot (but before the lock) may have made it accounted, and
+    -- accounted channels are never shared.
+    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
+    IF v_channel.id IS NOT NULL
+       AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
+        IF v_channel.max_attempts IS NOT NULL THEN
+            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, false, p_queue.name);
+        END IF;
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE lonnymq.message m
+            SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+            WHERE m.id IN (SELECT s.id FROM lonnymq.message s
+                           WHERE s.queue_id = p_queue.id AND s.channel_id = v_channel.id
+                             AND s.locked_until_ms IS NULL AND s.dequeue_ms <= p_now_ms
+                             AND (v_channel.max_attempts IS NULL OR s.num_attempts < v_channel.max_attempts)
+                           ORDER BY s.dequeue_ms, s.id
+                           LIMIT p_want
+                           FOR UPDATE SKIP LOCKED)
+            RETURNING m.*
+        )
+        SELECT v_channel.id, k.id, v_channel.name, k.content, k.state, k.num_attempts,
+               lonnymq._dequeue_at(k.dequeue_ms, k.priority)
+        FROM claimed k
+        ORDER BY k.dequeue_ms, k.id;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
+                        NULL::timestamptz;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_shared(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
+    IS 'Dequeue step: messages of a channel held by another dequeuer, without a turn.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
--- like max_messages single dequeues in a row (SPEC 3.13).
+-- like max_messages single dequeues in a row (SPEC 3.13): expired locks
+-- first, then rounds of the fairest free channels, with the channel-less
+-- messages taking their turn as one more channel, and, when every ready
+-- channel is held by someone else, a held channel shared.
 CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_queue lonnymq.queue;
-    v_now_ms bigint;
-    v_delivered integer := 0;
-    v_message lonnymq.message;
-    v_channel lonnymq.channel;
-    v_exclusive boolean;         -- this call holds the channel row
-    v_accounted boolean;
-    v_next_head_ms bigint;
-    v_seq bigint;
-    v_free_ms bigint;            -- scheduling key of the channel-less messages
-    v_free_exhausted boolean := false;
-    v_recovery_exhausted boolean := false;
-    v_candidates lonnymq.channel[] := '{}';  -- free channels this call holds, fairest first
-    v_next integer := 1;                     -- the next of them to serve
-    v_row lonnymq.channel;
-    v_rounds_short boolean := false;         -- a round found fewer free channels than needed
-    v_served bigint[] := '{}';               -- channels whose turn this call recorded
-    -- Per channel taken from in this call: the (dequeue_ms, id) of the last
-    -- message taken, so the next probe starts after it instead of walking
-    -- past this call's own claims again.
-    v_after_channels bigint[] := '{}';
-    v_after_ms bigint[] := '{}';
-    v_after_ids bigint[] := '{}';
-    v_after integer;
-    v_shared lonnymq.channel;                -- the held channel this call shares
-    v_bulk lonnymq.message[];                -- messages claimed from it in one statement
-    v_has_channels boolean;
-    v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
-    v_tried bigint[] := '{}';    -- channels found busy or stale in this call
-    v_hinted_busy bigint[];      -- busy channels with due hints: ready, maybe unrecorded
-    v_emit_channel text;         -- the delivery being returned: its channel name
-    v_emit_recovered boolean;    -- and whether it is a redelivery
+    v_now_ms bigint := lonnymq._now_ms();
+    v_left integer := message_dequeue.max_messages;
+    v_free_ms bigint;            -- scheduling key of the channel-less messages; NULL: none ready
+    v_channels_ready boolean;    -- whether channels compete with them
+    v_hinted bigint[];           -- busy channels with due hints: ready, maybe unrecorded
+    v_tried bigint[] := '{}';    -- channels taken or shared without success: passed over
+    v_served bigint[] := '{}';   -- channels this call took a turn on (it holds their rows)
+    v_only bigint[];             -- once a round came up short: look only at those
+    v_share boolean := false;    -- the next channel step shares a held channel
+    v_turn_seq bigint;
+    v_asked integer;
+    v_taken integer;
+    v_row record;
 BEGIN
-    PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
-    IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms < 1
-       OR message_dequeue.lock_ms > 31557600000000 THEN
-        PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
-    END IF;
-    IF message_dequeue.max_messages IS NULL OR message_dequeue.max_messages < 1
-       OR message_dequeue.max_messages > 10000 THEN
+    IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
+       OR message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000
+       OR message_dequeue.max_messages IS NULL OR message_dequeue.max_messages NOT BETWEEN 1 AND 10000 THEN
+        PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
+        IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000 THEN
+            PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
+        END IF;
         PERFORM lonnymq._invalid('max_messages must be between 1 and 10000');
     END IF;
-
-    SELECT q.* INTO v_queue FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
-    IF v_queue.id IS NULL THEN
+    -- The queue, and whether each step has anything to do: a step that would
+    -- find nothing is not run at all.
+    SELECT q AS queue,
+           (SELECT greatest(m.dequeue_ms, q.nochannel_turn_ms) FROM lonnymq.message m
+            WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
+              AND m.dequeue_ms <= v_now_ms
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1) AS free_ms,
+           EXISTS (SELECT 1 FROM lonnymq.channel_hint h
+                   WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms) AS hinted,
+           EXISTS (SELECT 1 FROM lonnymq.message m
+                   WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
+                     AND m.locked_until_ms <= v_now_ms) AS expired
+    INTO v_row
+    FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
+    IF v_row IS NULL THEN
         RETURN;
     END IF;
-    v_now_ms := lonnymq._now_ms();
-    -- Fold in only as many channels as this call can serve (plus a little):
-    -- each refreshed channel stays held until commit, and channels held by one
-    -- dequeuer are passed over (or shared without a turn) by the others.
-    v_hinted_busy := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
-    v_has_channels := EXISTS (SELECT 1 FROM lonnymq.channel c
-                              WHERE c.queue_id = v_queue.id AND c.ready_ms IS NOT NULL)
-                      OR pg_catalog.cardinality(v_hinted_busy) > 0;
+    v_queue := v_row.queue;
+    v_free_ms := v_row.free_ms;
+    v_hinted := '{}';
+    IF v_row.hinted THEN
+        v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
+    END IF;
+    IF v_row.expired THEN
+        RETURN QUERY SELECT * FROM lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, v_left);
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        v_left := v_left - v_taken;
+    END IF;
+    IF v_free_ms IS NOT NULL THEN
+        v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
+            OR EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms);
+    END IF;
 
-    WHILE v_delivered < message_dequeue.max_messages LOOP
-        -- Every path that delivers leaves this block with EXIT pick; paths
-        -- that only skip or clean up CONTINUE the loop instead.
-        <<pick>>
-        BEGIN
-            -- 1. Recovery: a lock that expired is redelivered before fresh work.
-            --    Its channel slot is still counted, so limits are unaffected.
-            --    Once none is found, none is looked for again in this call: a
-            --    lock expiring meanwhile is served by the next call.
-            IF NOT v_recovery_exhausted THEN
-                SELECT m.* INTO v_message FROM lonnymq.message m
-                WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
-                  AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
-                ORDER BY m.locked_until_ms, m.id
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED;
-                v_recovery_exhausted := v_message.id IS NULL;
-            END IF;
-            IF v_message.id IS NOT NULL THEN
-                v_channel := NULL;
-                IF v_message.channel_id IS NOT NULL THEN
-                    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
-                END IF;
-                IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
-                    -- Dead-letter: the channel's locks are needed, but without waiting.
-                    IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
-                        v_skipped := v_skipped || v_message.id;
-                    ELSIF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size)
-                          AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel.id
-                                          FOR NO KEY UPDATE SKIP LOCKED) THEN
-                        v_skipped := v_skipped || v_message.id;
-                    ELSE
-                        PERFORM lonnymq._settle_locked(v_message, 'dead',
-                            pg_catalog.format('lock expired after attempt %s of %s', v_message.num_attempts,
-                                              v_channel.max_attempts));
-                        PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
-                        -- The freed slot may have made a saturated channel ready.
-                        v_has_channels := true;
-                    END IF;
-                    v_message := NULL;
-                    CONTINUE;
-                END IF;
-                v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
-                v_emit_channel := v_channel.name;
-                v_emit_recovered := true;
-                EXIT pick;
-            END IF;
-
-            -- 2. The channel-less messages compete as one more channel whose last
-            --    turn is kept on the queue row.
-            v_free_ms := NULL;
-            IF NOT v_free_exhausted THEN
-                SELECT greatest(m.dequeue_ms, v_queue.nochannel_turn_ms) INTO v_free_ms
-                FROM lonnymq.message m
-                WHERE m.queue_id = v_queue.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-                  AND m.dequeue_ms <= v_now_ms
-                ORDER BY m.dequeue_ms, m.id
-                LIMIT 1;
-                -- None now: none is looked for again in this call.
-                v_free_exhausted := v_free_ms IS NULL;
-            END IF;
-
-            -- 3. The channel that has waited longest, if it beats the channel-less
-            --    turn. First choice: one no other transaction holds; its turn is
-            --    then recorded exactly. Otherwise a held channel without
-            --    accounting is shared: its messages are taken in parallel, and the
-            --    holder records the turn.
-            v_channel := NULL;
-            v_exclusive := false;
-            IF v_has_channels THEN
-                -- Free channels are taken a round at a time: one walk of the
-                -- index locks as many as this call still needs, fairest first.
-                -- Serving them in that order is what single dequeues in a row
-                -- do: a channel served gets a key (this turn) after all of
-                -- them, and each still beats the channel-less turn, whose key
-                -- only grows. The next round starts when they are used up.
-                -- Once a round came up short, every other ready channel was
-                -- held by someone else: later rounds look only at the
-                -- channels this call holds, instead of walking past the held
-                -- ones again for every message.
-                IF v_next > pg_catalog.cardinality(v_candidates) AND NOT v_rounds_short THEN
-                    -- Lock order: the channel's advisory lock (shared, tried in the
-                    -- WHERE clause, which runs before the row lock), then its row.
-                    SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}')
-                    INTO v_candidates
-                    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-                          WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
-                            AND (v_free_ms IS NULL
-                                 OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-                            AND pg_catalog.pg_try_advisory_xact_lock_shared(
-                                    lonnymq._lock_class(), c.lock_key)
-                          ORDER BY c.ready_ms, c.turn_seq, c.id
-                          LIMIT message_dequeue.max_messages - v_delivered
-                          FOR NO KEY UPDATE SKIP LOCKED) r;
-                    v_next := 1;
-                    -- (Short because of the channel-less turn does not count.)
-                    v_rounds_short := v_free_ms IS NULL
-                        AND pg_catalog.cardinality(v_candidates) < message_dequeue.max_messages - v_delivered;
-                ELSIF v_next > pg_catalog.cardinality(v_candidates) AND pg_catalog.cardinality(v_served) > 0 THEN
-                    -- This call already holds these rows: looked up by id.
-                    SELECT coalesce(pg_catalog.array_agg(c ORDER BY c.ready_ms, c.turn_seq, c.id), '{}')
-                    INTO v_candidates
-                    FROM lonnymq.channel c
-                    WHERE c.id = ANY (v_served) AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried);
-                    v_next := 1;
-                END IF;
-                IF v_next <= pg_catalog.cardinality(v_candidates) THEN
-                    v_channel := v_candidates[v_next];
-                    v_next := v_next + 1;
-                END IF;
-                v_exclusive := v_channel.id IS NOT NULL;
-                IF NOT v_exclusive AND v_rounds_short AND v_shared.id IS NOT NULL
-                   AND v_shared.id <> ALL (v_tried) THEN
-                    -- Sharing takes no turn, so the channel shared last is still
-                    -- the fairest held one (checked again below).
-                    v_channel := v_shared;
-                ELSIF NOT v_exclusive THEN
-                    SELECT c.* INTO v_channel FROM lonnymq.channel c
-                    WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
-                      AND (v_free_ms IS NULL
-                           OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-                      AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
-                      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                                      c.lock_key)
-                    ORDER BY c.ready_ms, c.turn_seq, c.id
-                    LIMIT 1;
-                    v_shared := v_channel;
-                END IF;
-                IF v_channel.id IS NULL AND v_free_ms IS NULL THEN
-                    -- A busy channel whose new messages only its holder has folded
-                    -- in so far: its due hints say it has ready work.
-                    SELECT c.* INTO v_channel FROM lonnymq.channel c
-                    WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
-                      AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
-                      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                                      c.lock_key)
-                    ORDER BY c.last_turn_ms, c.turn_seq, c.id
-                    LIMIT 1;
-                END IF;
-                IF NOT v_exclusive AND v_channel.id IS NOT NULL THEN
-                    -- A channel about to be shared, checked again now that its
-                    -- advisory lock is held: if its holder has gone meanwhile,
-                    -- this call takes the row and records the turn; otherwise
-                    -- it is read afresh, because a policy change that committed
-                    -- after the pick's snapshot (but before the lock) may have
-                    -- made it accounted, and accounted channels are never shared.
-                    SELECT c.* INTO v_row FROM lonnymq.channel c
-                    WHERE c.id = v_channel.id AND c.ready_ms <= v_now_ms
-                      AND (v_free_ms IS NULL
-                           OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
-                    FOR NO KEY UPDATE SKIP LOCKED;
-                    IF v_row.id IS NOT NULL THEN
-                        v_channel := v_row;
-                        v_exclusive := true;
-                    ELSE
-                        SELECT c.* INTO v_row FROM lonnymq.channel c WHERE c.id = v_channel.id;
-                        IF v_row.id IS NULL OR lonnymq._accounted(v_row.max_concurrency, v_row.release_interval_ms,
-                                                                  v_row.max_size) THEN
-                            v_tried := v_tried || v_channel.id;
-                            CONTINUE;
-                        END IF;
-                        v_channel := v_row;
-                    END IF;
-                END IF;
-            END IF;
-
-            v_after := pg_catalog.array_position(v_after_channels, v_channel.id);
-            IF v_after IS NULL AND v_channel.id IS NOT NULL THEN
-                -- First visit in this call: no bound yet.
-                v_after_channels := v_after_channels || v_channel.id;
-                v_after_ms := v_after_ms || NULL::bigint;
-                v_after_ids := v_after_ids || NULL::bigint;
-                v_after := pg_catalog.cardinality(v_after_channels);
-            END IF;
-            IF v_channel.id IS NOT NULL AND NOT v_exclusive AND v_rounds_short
-               AND v_next > pg_catalog.cardinality(v_candidates) AND v_channel.max_attempts IS NULL
-               AND message_dequeue.max_messages - v_delivered > 1 THEN
-                -- Sharing a held channel with nothing of this call's own
-                -- ready: single dequeues in a row would take its next
-                -- messages one after another (sharing records no turn, so it
-                -- stays the fairest held one). Take them in one statement.
-                -- (With max_attempts, a message may have to be dead-lettered
-                -- instead: those channels go message by message below.)
-                WITH picked AS (
-                    SELECT m.id FROM lonnymq.message m
-                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id
-                      AND m.locked_until_ms IS NULL AND m.dequeue_ms <= v_now_ms
-                      AND (v_after_ms[v_after] IS NULL
-                           OR (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after]))
-                    ORDER BY m.dequeue_ms, m.id
-                    LIMIT message_dequeue.max_messages - v_delivered
-                    FOR UPDATE SKIP LOCKED
-                ), claimed AS (
-                    UPDATE lonnymq.message m
-                    SET num_attempts = m.num_attempts + 1, locked_until_ms = v_now_ms + message_dequeue.lock_ms
-                    FROM picked p WHERE m.id = p.id
-                    RETURNING m.*
-                )
-                SELECT coalesce(pg_catalog.array_agg(k ORDER BY k.dequeue_ms, k.id), '{}') INTO v_bulk
-                FROM claimed k;
-                IF pg_catalog.cardinality(v_bulk) = 0 THEN
-                    v_tried := v_tried || v_channel.id;
-                    CONTINUE;
-                END IF;
-                RETURN QUERY
-                SELECT k.id, v_channel.name, k.content, k.state, k.num_attempts,
-                       'epoch'::timestamptz
-                       + (k.dequeue_ms + k.priority::bigint * 281474976710656) * '1 millisecond'::interval,
-                       false
-                FROM pg_catalog.unnest(v_bulk) AS k
-                ORDER BY k.dequeue_ms, k.id;
-                v_delivered := v_delivered + pg_catalog.cardinality(v_bulk);
-                v_message := v_bulk[pg_catalog.cardinality(v_bulk)];
-                v_after_ms[v_after] := v_message.dequeue_ms;
-                v_after_ids[v_after] := v_message.id;
-                v_message := NULL;
+    WHILE v_left > 0 LOOP
+        -- Channels: a round of free ones or, once there is none and the
+        -- channel-less messages had their chance, a held one shared. (The
+        -- step not chosen is a one-time-false filter: it never runs.)
+        v_asked := v_left;
+        v_taken := 0;
+        FOR v_row IN
+            SELECT * FROM lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_free_ms,
+                                                 v_tried, v_only)
+            WHERE NOT v_share
+            UNION ALL
+            SELECT * FROM lonnymq._dequeue_shared(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_free_ms,
+                                                  v_tried, v_hinted)
+            WHERE v_share
+        LOOP
+            v_taken := v_taken + 1;
+            IF v_row.id IS NULL THEN
+                v_tried := v_tried || v_row.channel_id;  -- nothing to take there in this call
                 CONTINUE;
             END IF;
-
-            IF v_channel.id IS NOT NULL THEN
-                v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                                  v_channel.max_size);
-                IF v_after_ms[v_after] IS NULL THEN
-                    SELECT m.* INTO v_message FROM lonnymq.message m
-                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-                    ORDER BY m.dequeue_ms, m.id
-                    LIMIT 1
-                    FOR UPDATE SKIP LOCKED;
-                ELSE
-                    -- Whatever sorts before the last message taken here is
-                    -- claimed (by this call or, SKIP LOCKED anyway, by others)
-                    -- or arrived since: the next call serves that.
-                    SELECT m.* INTO v_message FROM lonnymq.message m
-                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-                      AND (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after])
-                    ORDER BY m.dequeue_ms, m.id
-                    LIMIT 1
-                    FOR UPDATE SKIP LOCKED;
-                END IF;
-                IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
-                    -- Nothing to take: the key was stale (a cancel), or every ready
-                    -- message is being taken by others. The holder fixes the key.
-                    IF v_exclusive THEN
-                        PERFORM lonnymq._channel_refresh(v_channel.id);
-                    END IF;
-                    v_tried := v_tried || v_channel.id;
-                    v_message := NULL;
-                    CONTINUE;
-                END IF;
-                IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
-                    -- A deferred message out of attempts: dead-letter, no slot was taken.
-                    PERFORM lonnymq._archive(v_message, 'dead',
-                        pg_catalog.format('deferred after attempt %s of %s', v_message.num_attempts,
-                                          v_channel.max_attempts));
-                    DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
-                    IF v_exclusive THEN
-                        UPDATE lonnymq.channel c
-                        SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
-                        WHERE c.id = v_channel.id;
-                        PERFORM lonnymq._channel_refresh(v_channel.id);
-                        -- No turn was taken: the channel keeps its place in the
-                        -- round if it is still ready (single dequeues in a row
-                        -- would serve it next). Otherwise a later round finds it.
-                        SELECT c.* INTO v_row FROM lonnymq.channel c
-                        WHERE c.id = v_channel.id AND c.ready_ms <= v_now_ms
-                          AND (v_free_ms IS NULL
-                               OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq));
-                        IF v_row.id IS NOT NULL THEN
-                            SELECT pg_catalog.array_agg(x ORDER BY x.ready_ms, x.turn_seq, x.id) INTO v_candidates
-                            FROM pg_catalog.unnest(v_candidates[v_next:] || v_row) AS x;
-                            v_next := 1;
-                        END IF;
-                    END IF;
-                    PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
-                    v_message := NULL;
-                    CONTINUE;
-                END IF;
-                v_after_ms[v_after] := v_message.dequeue_ms;
-                v_after_ids[v_after] := v_message.id;
-                v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
-                IF v_exclusive THEN
-                    -- Messages others are taking right now still look unlocked here,
-                    -- which only makes the head early: safe.
-                    SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
-                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-                    ORDER BY m.dequeue_ms, m.id
-                    LIMIT 1;
-                    v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-                    IF v_channel.id <> ALL (v_served) THEN
-                        v_served := v_served || v_channel.id;
-                    END IF;
-                    UPDATE lonnymq.channel c
-                    SET locked_count = c.locked_count + v_accounted::integer,
-                        last_turn_ms = v_now_ms,
-                        turn_seq = v_seq,
-                        head_ms = v_next_head_ms,
-                        ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
-                                                     c.locked_count + v_accounted::integer, c.max_concurrency, v_seq)
-                    WHERE c.id = v_channel.id;
-                END IF;
-                v_emit_channel := v_channel.name;
-                v_emit_recovered := false;
-                EXIT pick;
+            v_served := v_served || v_row.channel_id;
+            id := v_row.id; channel := v_row.channel; content := v_row.content; state := v_row.state;
+            num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at; recovered := false;
+            RETURN NEXT;
+            v_left := v_left - 1;
+        END LOOP;
+        IF v_taken > 0 THEN
+            -- A round short, and not because of the channel-less turn: every
+            -- other ready channel is held by someone else. Later rounds look
+            -- only at the channels this call holds instead of walking past the
+            -- others again.
+            IF NOT v_share AND v_taken < v_asked AND v_free_ms IS NULL THEN
+                v_only := v_served;
             END IF;
-
-            IF v_free_ms IS NULL THEN
-                EXIT;  -- nothing ready anywhere
-            END IF;
-            SELECT f.* INTO v_message FROM lonnymq.message f
-            WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
-              AND f.dequeue_ms <= v_now_ms
-            ORDER BY f.dequeue_ms, f.id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED;
-            IF v_message.id IS NULL THEN
-                -- Every ready channel-less message is being claimed by others.
-                v_free_exhausted := true;
-                CONTINUE;
-            END IF;
-            v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
-            IF v_has_channels THEN
-                -- Record the turn only when channels compete for it, and only if
-                -- the queue row is free: channel-less traffic never queues on it.
-                v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-                UPDATE lonnymq.queue q
-                SET nochannel_turn_ms = v_now_ms, nochannel_turn_seq = v_seq
-                WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = v_queue.id
-                              FOR NO KEY UPDATE SKIP LOCKED);
-                v_queue.nochannel_turn_ms := v_now_ms;
-                v_queue.nochannel_turn_seq := v_seq;
-            END IF;
-            v_emit_channel := NULL;
-            v_emit_recovered := false;
-            EXIT pick;
-        END pick;
-        -- The result row, assigned column by column (RETURN QUERY would run a
-        -- query per delivered message).
-        id := v_message.id;
-        channel := v_emit_channel;
-        content := v_message.content;
-        state := v_message.state;
-        num_attempts := v_message.num_attempts;
-        dequeue_at := 'epoch'::timestamptz
-                      + (v_message.dequeue_ms + v_message.priority::bigint * 281474976710656)
-                        * '1 millisecond'::interval;
-        recovered := v_emit_recovered;
-        RETURN NEXT;
-        v_delivered := v_delivered + 1;
-        v_message := NULL;
+            v_share := false;
+            CONTINUE;
+        END IF;
+        EXIT WHEN v_share;  -- nothing ready anywhere
+        IF v_free_ms IS NULL THEN
+            v_share := true;
+            CONTINUE;
+        END IF;
+        -- The channel-less messages' turn. When channels compete, one message
+        -- and its turn recorded: every ready channel comes before it again.
+        v_turn_seq := CASE WHEN v_channels_ready THEN pg_catalog.nextval('lonnymq.turn_seq') END;
+        RETURN QUERY SELECT * FROM lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
+                                                                v_left, v_turn_seq);
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        v_left := v_left - v_taken;
+        IF v_taken = 0 OR v_turn_seq IS NULL THEN
+            v_free_ms := NULL;  -- none left, or none competed: the channel-less part is done
+        ELSE
+            v_free_ms := v_now_ms;
+            v_queue.nochannel_turn_seq := v_turn_seq;
+        END IF;
     END LOOP;
 END
 $$;

@@ -46,10 +46,12 @@ BEGIN
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    SELECT m.locked_until_ms, m.num_attempts, c.lock_key INTO v_locked_until_ms, v_attempts, v_lock_key
-    FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+    SELECT m.locked_until_ms, m.num_attempts,
+           (SELECT c.lock_key FROM lonnymq.channel c WHERE c.id = m.channel_id)
+    INTO v_locked_until_ms, v_attempts, v_lock_key
+    FROM lonnymq.message m
     WHERE m.id = message_complete.id
-    FOR UPDATE OF m;
+    FOR UPDATE;
     IF NOT FOUND THEN
         RETURN 'not_found';
     ELSIF v_locked_until_ms IS NULL OR v_attempts <> message_complete.num_attempts THEN
