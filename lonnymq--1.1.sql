@@ -404,8 +404,10 @@ CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lo
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
-       AND pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
         PERFORM lonnymq._channel_refresh(p_channel_id);
     END IF;
 END
@@ -413,70 +415,70 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
     IS 'Raises a drained channel head when no producer is in flight.';
 
--- Folds due producer hints into channel heads, for up to p_limit channels,
--- earliest hint first, in one statement. Channels held by another
--- transaction (a dequeuer or settler about to commit, which folds them in
--- itself next time) are passed over, with their hints: this never waits, so
--- dequeue never waits. Returns the channels with due hints it did not fold
--- in: their messages are ready even if no committed head says so yet, and
--- dequeue may share them. Reads at most 10000 hints. The head only has to be
--- a lower bound of the earliest unlocked message, so the earliest hint
--- deleted is one for the new messages; in a backlog it is rarely earlier
--- than the head, and then the channel row is not written at all. Hints of
--- channels that no longer exist are deleted.
+-- Folds due producer hints into channel heads, for up to p_limit channels.
+-- Channels held by another transaction (a dequeuer or settler about to
+-- commit, which folds them in itself next time) are passed over, with their
+-- hints: this never waits, so dequeue never waits. Returns those busy
+-- channels: their messages are ready even if no committed head says so yet,
+-- and dequeue may share them. How many hints it reads past busy channels is
+-- bounded by what was produced while they were held (at most 10000).
 CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 DECLARE
-    v_unfolded bigint[];
+    v_channel_id bigint;
+    v_head_ms bigint;
+    v_hint_ms bigint;
+    v_seen bigint[] := '{}';
+    v_busy bigint[] := '{}';
+    v_refreshed integer := 0;
 BEGIN
-    WITH due AS (
-        SELECT h.channel_id, pg_catalog.min(h.dequeue_ms) AS first_ms
-        FROM (SELECT h.channel_id, h.dequeue_ms FROM lonnymq.channel_hint h
-              WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
-              ORDER BY h.dequeue_ms
-              LIMIT 10000) h
-        GROUP BY h.channel_id
-    ), taken AS (
-        -- Walked earliest first, tried one by one, until p_limit are held.
-        -- Lock order as everywhere: the channel's advisory lock (shared),
-        -- then its row; whoever holds a channel row holds that lock too.
-        SELECT t.id, t.head_ms
-        FROM (SELECT d.channel_id, d.first_ms FROM due d ORDER BY d.first_ms, d.channel_id) d
-        CROSS JOIN LATERAL (
-            SELECT c.id, c.head_ms FROM lonnymq.channel c
-            WHERE c.id = d.channel_id
-              AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
-            FOR NO KEY UPDATE SKIP LOCKED) t
-        ORDER BY d.first_ms, d.channel_id
-        LIMIT p_limit
-    ), spent AS (
-        DELETE FROM lonnymq.channel_hint h USING taken t
-        WHERE h.channel_id = t.id AND h.dequeue_ms <= p_now_ms
-        RETURNING h.channel_id, h.dequeue_ms
-    ), lowered AS (
-        UPDATE lonnymq.channel c
-        SET head_ms = least(c.head_ms, s.first_ms),
-            ready_ms = lonnymq._ready_ms(least(c.head_ms, s.first_ms), c.last_turn_ms, c.release_interval_ms,
-                                         c.locked_count, c.max_concurrency, c.turn_seq)
-        FROM (SELECT x.channel_id, pg_catalog.min(x.dequeue_ms) AS first_ms FROM spent x GROUP BY x.channel_id) s
-        JOIN taken t ON t.id = s.channel_id
-        WHERE c.id = s.channel_id AND (t.head_ms IS NULL OR s.first_ms < t.head_ms)
-    ), orphaned AS (
-        DELETE FROM lonnymq.channel_hint h USING due d
-        WHERE h.channel_id = d.channel_id
-          AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = d.channel_id)
-    )
-    SELECT coalesce(pg_catalog.array_agg(d.channel_id), '{}') INTO v_unfolded
-    FROM due d
-    WHERE NOT EXISTS (SELECT 1 FROM taken t WHERE t.id = d.channel_id)
-      AND EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = d.channel_id);
-    RETURN v_unfolded;
+    FOR v_channel_id IN
+        SELECT h.channel_id FROM lonnymq.channel_hint h
+        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
+        ORDER BY h.dequeue_ms
+        LIMIT 10000
+    LOOP
+        CONTINUE WHEN v_channel_id = ANY (v_seen);
+        v_seen := v_seen || v_channel_id;
+        -- Lock order: the channel's advisory lock (shared), then its row.
+        SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
+        WHERE c.id = v_channel_id
+          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                          c.lock_key)
+        FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            -- The head only has to be a lower bound of the earliest unlocked
+            -- message: the earliest deleted hint is one for the new messages.
+            -- In a backlog it is rarely earlier than the head: then the
+            -- channel row is not touched at all.
+            WITH spent AS (
+                DELETE FROM lonnymq.channel_hint h
+                WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms
+                RETURNING h.dequeue_ms)
+            SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
+            IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
+                UPDATE lonnymq.channel c
+                SET head_ms = least(c.head_ms, v_hint_ms),
+                    ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
+                                                 c.release_interval_ms, c.locked_count, c.max_concurrency,
+                                                 c.turn_seq)
+                WHERE c.id = v_channel_id;
+            END IF;
+            v_refreshed := v_refreshed + 1;
+            EXIT WHEN v_refreshed >= p_limit;
+        ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+            v_busy := v_busy || v_channel_id;
+        ELSE
+            -- The channel was deleted: its leftover hints mean nothing.
+            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
+        END IF;
+    END LOOP;
+    RETURN v_busy;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer)
-    IS 'Applies due channel hints without waiting; returns the channels with due hints it did not fold in.';
+    IS 'Applies due channel hints without waiting; returns the channels that were busy.';
 
 -- Copies a message into the archive with its outcome.
 CREATE OR REPLACE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
@@ -1064,6 +1066,9 @@ DECLARE
     v_names text[];
     v_name text;
     v_bad timestamptz;
+    v_channel lonnymq.channel;
+    v_read_committed boolean;
+    v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
@@ -1138,8 +1143,15 @@ BEGIN
     END IF;
     -- Take every channel (creating new ones) in name order first: two batches
     -- that create the same new channels then cannot wait on each other in a cycle.
+    -- With each channel's head lock held (see message_create), its head
+    -- cannot rise until this commits: no hint is needed behind it.
+    v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
     FOREACH v_name IN ARRAY v_names LOOP
-        PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
+        v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
+        IF v_read_committed
+           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_channel.lock_key) THEN
+            v_head_held := v_head_held || v_channel.id;
+        END IF;
     END LOOP;
     v_now_ms := lonnymq._now_ms();
 
@@ -1161,11 +1173,15 @@ BEGIN
                 ORDER BY u.ord
                 RETURNING m.id, m.channel_id, m.dequeue_ms
             ), hinted AS (
-                -- One hint per channel, at its earliest new message, covers them all.
+                -- One hint per channel, at its earliest new message, covers
+                -- them all; none where that is not earlier than a held head.
                 INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-                SELECT v_queue_id, k.channel_id, pg_catalog.min(k.dequeue_ms)
-                FROM created k WHERE k.channel_id IS NOT NULL
-                GROUP BY k.channel_id
+                SELECT v_queue_id, k.channel_id, k.first_ms
+                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+                      FROM created k WHERE k.channel_id IS NOT NULL
+                      GROUP BY k.channel_id) k
+                JOIN lonnymq.channel c ON c.id = k.channel_id
+                WHERE k.channel_id <> ALL (v_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
             )
             SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
             RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);
@@ -1376,13 +1392,13 @@ COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, inte
     IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
 
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
--- other transaction holds (only those in p_only when given, only those fairer
--- than the channel-less key p_free_ms/p_free_seq when given), claims the first
--- due message of each, and records every turn, in one statement. Serving them
--- in key order is what single dequeues in a row do: a channel served gets a
--- key (this turn) after all of them. Turns are numbered in that order.
--- A channel with nothing to take (a stale key, or every ready message being
--- claimed by others) takes no turn and comes back as a row with a NULL id.
+-- other transaction holds, in one statement (only those in p_only when given,
+-- only those fairer than the channel-less key p_free_ms when given), then
+-- serves them in that order, one message each, recording each turn. That is
+-- what single dequeues in a row do: a channel served gets a key (this turn)
+-- after all of them. A channel with nothing to take (a stale key, or every
+-- ready message being claimed by others) takes no turn, gets its head raised
+-- if it can be, and comes back as a row with a NULL id.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_free_ms bigint, p_tried bigint[],
                                                   p_only bigint[])
@@ -1395,6 +1411,8 @@ AS $$
 DECLARE
     v_round lonnymq.channel[];
     v_channel lonnymq.channel;
+    v_message lonnymq.message;
+    v_counted integer;
 BEGIN
     -- Lock order: the channel's advisory lock (shared, tried in the WHERE
     -- clause, which runs before the row lock), then its row.
@@ -1407,61 +1425,49 @@ BEGIN
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR NO KEY UPDATE SKIP LOCKED) r;
-    IF pg_catalog.cardinality(v_round) = 0 THEN
-        RETURN;
-    END IF;
     FOREACH v_channel IN ARRAY v_round LOOP
         IF v_channel.max_attempts IS NOT NULL THEN
             PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
         END IF;
-    END LOOP;
-
-    RETURN QUERY
-    WITH candidate AS (
-        SELECT u.id, u.name, u.ordinality AS ord,
-               lonnymq._accounted(u.max_concurrency, u.release_interval_ms, u.max_size)::integer AS counted
-        FROM pg_catalog.unnest(v_round) WITH ORDINALITY AS u
-    ), head AS (
-        SELECT k.id AS channel_id, k.ord, k.counted, h.id AS message_id
-        FROM candidate k
-        CROSS JOIN LATERAL (
-            SELECT m.id FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = k.id AND m.locked_until_ms IS NULL
-              AND m.dequeue_ms <= p_now_ms
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED) h
-    ), claimed AS (
         UPDATE lonnymq.message m
         SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        FROM head h WHERE m.id = h.message_id
-        RETURNING m.*, h.ord, h.counted
-    ), turn AS (
-        -- Turn numbers drawn in round order.
-        SELECT k.channel_id, k.counted, pg_catalog.nextval('lonnymq.turn_seq') AS seq
-        FROM (SELECT c.channel_id, c.counted, c.ord FROM claimed c ORDER BY c.ord) k
-    ), turned AS (
-        -- The head stays where it is: a lower bound, which only
-        -- _channel_raise_head may raise (below, once nothing is due).
+        WHERE m.id = (SELECT h.id FROM lonnymq.message h
+                      WHERE h.queue_id = p_queue.id AND h.channel_id = v_channel.id
+                        AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                      ORDER BY h.dequeue_ms, h.id
+                      LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING m.* INTO v_message;
+        IF NOT FOUND THEN
+            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+            RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
+                                NULL::timestamptz;
+            CONTINUE;
+        END IF;
+        -- The turn. The head stays where it is, a lower bound: only
+        -- _channel_raise_head raises it.
+        v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                        v_channel.max_size)::integer;
         UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count + t.counted,
+        SET locked_count = c.locked_count + v_counted,
             last_turn_ms = p_now_ms,
-            turn_seq = t.seq,
+            turn_seq = x.seq,
             ready_ms = lonnymq._ready_ms(c.head_ms, p_now_ms, c.release_interval_ms,
-                                         c.locked_count + t.counted, c.max_concurrency, t.seq)
-        FROM turn t WHERE c.id = t.channel_id
-    )
-    SELECT k.id, m.id, k.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority)
-    FROM candidate k LEFT JOIN claimed m ON m.ord = k.ord
-    ORDER BY k.ord;
-
-    -- Channels with nothing due any more (a stale key, or their last due
-    -- message just taken) get their head raised, if no producer is in flight.
-    PERFORM lonnymq._channel_raise_head(r.id, r.lock_key)
-    FROM pg_catalog.unnest(v_round) AS r
-    WHERE NOT EXISTS (SELECT 1 FROM lonnymq.message m
-                      WHERE m.queue_id = p_queue.id AND m.channel_id = r.id AND m.locked_until_ms IS NULL
-                        AND m.dequeue_ms <= p_now_ms);
+                                         c.locked_count + v_counted, c.max_concurrency, x.seq)
+        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
+        WHERE c.id = v_channel.id;
+        -- Its last due message taken: raise the head now, so a drained
+        -- channel leaves the scheduler (and becomes sweepable) at once.
+        IF NOT EXISTS (SELECT 1 FROM lonnymq.message m
+                       WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
+                         AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) THEN
+            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+        END IF;
+        channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
+        content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
+        dequeue_at := lonnymq._dequeue_at(v_message.dequeue_ms, v_message.priority);
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])

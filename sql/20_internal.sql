@@ -188,8 +188,10 @@ CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lo
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
-       AND pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
         PERFORM lonnymq._channel_refresh(p_channel_id);
     END IF;
 END
@@ -197,70 +199,70 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
     IS 'Raises a drained channel head when no producer is in flight.';
 
--- Folds due producer hints into channel heads, for up to p_limit channels,
--- earliest hint first, in one statement. Channels held by another
--- transaction (a dequeuer or settler about to commit, which folds them in
--- itself next time) are passed over, with their hints: this never waits, so
--- dequeue never waits. Returns the channels with due hints it did not fold
--- in: their messages are ready even if no committed head says so yet, and
--- dequeue may share them. Reads at most 10000 hints. The head only has to be
--- a lower bound of the earliest unlocked message, so the earliest hint
--- deleted is one for the new messages; in a backlog it is rarely earlier
--- than the head, and then the channel row is not written at all. Hints of
--- channels that no longer exist are deleted.
+-- Folds due producer hints into channel heads, for up to p_limit channels.
+-- Channels held by another transaction (a dequeuer or settler about to
+-- commit, which folds them in itself next time) are passed over, with their
+-- hints: this never waits, so dequeue never waits. Returns those busy
+-- channels: their messages are ready even if no committed head says so yet,
+-- and dequeue may share them. How many hints it reads past busy channels is
+-- bounded by what was produced while they were held (at most 10000).
 CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 DECLARE
-    v_unfolded bigint[];
+    v_channel_id bigint;
+    v_head_ms bigint;
+    v_hint_ms bigint;
+    v_seen bigint[] := '{}';
+    v_busy bigint[] := '{}';
+    v_refreshed integer := 0;
 BEGIN
-    WITH due AS (
-        SELECT h.channel_id, pg_catalog.min(h.dequeue_ms) AS first_ms
-        FROM (SELECT h.channel_id, h.dequeue_ms FROM lonnymq.channel_hint h
-              WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
-              ORDER BY h.dequeue_ms
-              LIMIT 10000) h
-        GROUP BY h.channel_id
-    ), taken AS (
-        -- Walked earliest first, tried one by one, until p_limit are held.
-        -- Lock order as everywhere: the channel's advisory lock (shared),
-        -- then its row; whoever holds a channel row holds that lock too.
-        SELECT t.id, t.head_ms
-        FROM (SELECT d.channel_id, d.first_ms FROM due d ORDER BY d.first_ms, d.channel_id) d
-        CROSS JOIN LATERAL (
-            SELECT c.id, c.head_ms FROM lonnymq.channel c
-            WHERE c.id = d.channel_id
-              AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
-            FOR NO KEY UPDATE SKIP LOCKED) t
-        ORDER BY d.first_ms, d.channel_id
-        LIMIT p_limit
-    ), spent AS (
-        DELETE FROM lonnymq.channel_hint h USING taken t
-        WHERE h.channel_id = t.id AND h.dequeue_ms <= p_now_ms
-        RETURNING h.channel_id, h.dequeue_ms
-    ), lowered AS (
-        UPDATE lonnymq.channel c
-        SET head_ms = least(c.head_ms, s.first_ms),
-            ready_ms = lonnymq._ready_ms(least(c.head_ms, s.first_ms), c.last_turn_ms, c.release_interval_ms,
-                                         c.locked_count, c.max_concurrency, c.turn_seq)
-        FROM (SELECT x.channel_id, pg_catalog.min(x.dequeue_ms) AS first_ms FROM spent x GROUP BY x.channel_id) s
-        JOIN taken t ON t.id = s.channel_id
-        WHERE c.id = s.channel_id AND (t.head_ms IS NULL OR s.first_ms < t.head_ms)
-    ), orphaned AS (
-        DELETE FROM lonnymq.channel_hint h USING due d
-        WHERE h.channel_id = d.channel_id
-          AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = d.channel_id)
-    )
-    SELECT coalesce(pg_catalog.array_agg(d.channel_id), '{}') INTO v_unfolded
-    FROM due d
-    WHERE NOT EXISTS (SELECT 1 FROM taken t WHERE t.id = d.channel_id)
-      AND EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = d.channel_id);
-    RETURN v_unfolded;
+    FOR v_channel_id IN
+        SELECT h.channel_id FROM lonnymq.channel_hint h
+        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
+        ORDER BY h.dequeue_ms
+        LIMIT 10000
+    LOOP
+        CONTINUE WHEN v_channel_id = ANY (v_seen);
+        v_seen := v_seen || v_channel_id;
+        -- Lock order: the channel's advisory lock (shared), then its row.
+        SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
+        WHERE c.id = v_channel_id
+          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                          c.lock_key)
+        FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            -- The head only has to be a lower bound of the earliest unlocked
+            -- message: the earliest deleted hint is one for the new messages.
+            -- In a backlog it is rarely earlier than the head: then the
+            -- channel row is not touched at all.
+            WITH spent AS (
+                DELETE FROM lonnymq.channel_hint h
+                WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms
+                RETURNING h.dequeue_ms)
+            SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
+            IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
+                UPDATE lonnymq.channel c
+                SET head_ms = least(c.head_ms, v_hint_ms),
+                    ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
+                                                 c.release_interval_ms, c.locked_count, c.max_concurrency,
+                                                 c.turn_seq)
+                WHERE c.id = v_channel_id;
+            END IF;
+            v_refreshed := v_refreshed + 1;
+            EXIT WHEN v_refreshed >= p_limit;
+        ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+            v_busy := v_busy || v_channel_id;
+        ELSE
+            -- The channel was deleted: its leftover hints mean nothing.
+            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
+        END IF;
+    END LOOP;
+    RETURN v_busy;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer)
-    IS 'Applies due channel hints without waiting; returns the channels with due hints it did not fold in.';
+    IS 'Applies due channel hints without waiting; returns the channels that were busy.';
 
 -- Copies a message into the archive with its outcome.
 CREATE OR REPLACE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void

@@ -259,6 +259,9 @@ DECLARE
     v_names text[];
     v_name text;
     v_bad timestamptz;
+    v_channel lonnymq.channel;
+    v_read_committed boolean;
+    v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
@@ -333,8 +336,15 @@ BEGIN
     END IF;
     -- Take every channel (creating new ones) in name order first: two batches
     -- that create the same new channels then cannot wait on each other in a cycle.
+    -- With each channel's head lock held (see message_create), its head
+    -- cannot rise until this commits: no hint is needed behind it.
+    v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
     FOREACH v_name IN ARRAY v_names LOOP
-        PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
+        v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
+        IF v_read_committed
+           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_channel.lock_key) THEN
+            v_head_held := v_head_held || v_channel.id;
+        END IF;
     END LOOP;
     v_now_ms := lonnymq._now_ms();
 
@@ -356,11 +366,15 @@ BEGIN
                 ORDER BY u.ord
                 RETURNING m.id, m.channel_id, m.dequeue_ms
             ), hinted AS (
-                -- One hint per channel, at its earliest new message, covers them all.
+                -- One hint per channel, at its earliest new message, covers
+                -- them all; none where that is not earlier than a held head.
                 INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-                SELECT v_queue_id, k.channel_id, pg_catalog.min(k.dequeue_ms)
-                FROM created k WHERE k.channel_id IS NOT NULL
-                GROUP BY k.channel_id
+                SELECT v_queue_id, k.channel_id, k.first_ms
+                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+                      FROM created k WHERE k.channel_id IS NOT NULL
+                      GROUP BY k.channel_id) k
+                JOIN lonnymq.channel c ON c.id = k.channel_id
+                WHERE k.channel_id <> ALL (v_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
             )
             SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
             RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);

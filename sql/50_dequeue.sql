@@ -165,13 +165,13 @@ COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, inte
     IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
 
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
--- other transaction holds (only those in p_only when given, only those fairer
--- than the channel-less key p_free_ms/p_free_seq when given), claims the first
--- due message of each, and records every turn, in one statement. Serving them
--- in key order is what single dequeues in a row do: a channel served gets a
--- key (this turn) after all of them. Turns are numbered in that order.
--- A channel with nothing to take (a stale key, or every ready message being
--- claimed by others) takes no turn and comes back as a row with a NULL id.
+-- other transaction holds, in one statement (only those in p_only when given,
+-- only those fairer than the channel-less key p_free_ms when given), then
+-- serves them in that order, one message each, recording each turn. That is
+-- what single dequeues in a row do: a channel served gets a key (this turn)
+-- after all of them. A channel with nothing to take (a stale key, or every
+-- ready message being claimed by others) takes no turn, gets its head raised
+-- if it can be, and comes back as a row with a NULL id.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_free_ms bigint, p_tried bigint[],
                                                   p_only bigint[])
@@ -184,6 +184,8 @@ AS $$
 DECLARE
     v_round lonnymq.channel[];
     v_channel lonnymq.channel;
+    v_message lonnymq.message;
+    v_counted integer;
 BEGIN
     -- Lock order: the channel's advisory lock (shared, tried in the WHERE
     -- clause, which runs before the row lock), then its row.
@@ -196,61 +198,49 @@ BEGIN
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR NO KEY UPDATE SKIP LOCKED) r;
-    IF pg_catalog.cardinality(v_round) = 0 THEN
-        RETURN;
-    END IF;
     FOREACH v_channel IN ARRAY v_round LOOP
         IF v_channel.max_attempts IS NOT NULL THEN
             PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
         END IF;
-    END LOOP;
-
-    RETURN QUERY
-    WITH candidate AS (
-        SELECT u.id, u.name, u.ordinality AS ord,
-               lonnymq._accounted(u.max_concurrency, u.release_interval_ms, u.max_size)::integer AS counted
-        FROM pg_catalog.unnest(v_round) WITH ORDINALITY AS u
-    ), head AS (
-        SELECT k.id AS channel_id, k.ord, k.counted, h.id AS message_id
-        FROM candidate k
-        CROSS JOIN LATERAL (
-            SELECT m.id FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = k.id AND m.locked_until_ms IS NULL
-              AND m.dequeue_ms <= p_now_ms
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED) h
-    ), claimed AS (
         UPDATE lonnymq.message m
         SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        FROM head h WHERE m.id = h.message_id
-        RETURNING m.*, h.ord, h.counted
-    ), turn AS (
-        -- Turn numbers drawn in round order.
-        SELECT k.channel_id, k.counted, pg_catalog.nextval('lonnymq.turn_seq') AS seq
-        FROM (SELECT c.channel_id, c.counted, c.ord FROM claimed c ORDER BY c.ord) k
-    ), turned AS (
-        -- The head stays where it is: a lower bound, which only
-        -- _channel_raise_head may raise (below, once nothing is due).
+        WHERE m.id = (SELECT h.id FROM lonnymq.message h
+                      WHERE h.queue_id = p_queue.id AND h.channel_id = v_channel.id
+                        AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                      ORDER BY h.dequeue_ms, h.id
+                      LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING m.* INTO v_message;
+        IF NOT FOUND THEN
+            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+            RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
+                                NULL::timestamptz;
+            CONTINUE;
+        END IF;
+        -- The turn. The head stays where it is, a lower bound: only
+        -- _channel_raise_head raises it.
+        v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                        v_channel.max_size)::integer;
         UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count + t.counted,
+        SET locked_count = c.locked_count + v_counted,
             last_turn_ms = p_now_ms,
-            turn_seq = t.seq,
+            turn_seq = x.seq,
             ready_ms = lonnymq._ready_ms(c.head_ms, p_now_ms, c.release_interval_ms,
-                                         c.locked_count + t.counted, c.max_concurrency, t.seq)
-        FROM turn t WHERE c.id = t.channel_id
-    )
-    SELECT k.id, m.id, k.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority)
-    FROM candidate k LEFT JOIN claimed m ON m.ord = k.ord
-    ORDER BY k.ord;
-
-    -- Channels with nothing due any more (a stale key, or their last due
-    -- message just taken) get their head raised, if no producer is in flight.
-    PERFORM lonnymq._channel_raise_head(r.id, r.lock_key)
-    FROM pg_catalog.unnest(v_round) AS r
-    WHERE NOT EXISTS (SELECT 1 FROM lonnymq.message m
-                      WHERE m.queue_id = p_queue.id AND m.channel_id = r.id AND m.locked_until_ms IS NULL
-                        AND m.dequeue_ms <= p_now_ms);
+                                         c.locked_count + v_counted, c.max_concurrency, x.seq)
+        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
+        WHERE c.id = v_channel.id;
+        -- Its last due message taken: raise the head now, so a drained
+        -- channel leaves the scheduler (and becomes sweepable) at once.
+        IF NOT EXISTS (SELECT 1 FROM lonnymq.message m
+                       WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
+                         AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) THEN
+            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+        END IF;
+        channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
+        content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
+        dequeue_at := lonnymq._dequeue_at(v_message.dequeue_ms, v_message.priority);
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
