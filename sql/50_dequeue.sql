@@ -10,13 +10,9 @@
 --                         one head each, record every turn
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
 --   _dequeue_shared       a channel held by another dequeuer, shared
--- The steps plan their statements once per session (generic plans: the
--- statements are planned again on every call otherwise, which costs more than
--- running them). Each statement touches a handful of rows through indexes, so
--- the plans may use nothing else: no sequential scans, no hash or merge
--- joins, which the generic estimates of small tables and CTEs would otherwise
--- choose, reading every channel. A dequeue walks the scheduler index in order
--- and stops, whatever the table sizes.
+-- Each step is a few plain statements, each touching a handful of rows
+-- through an index: large multi-CTE statements cost more to start than to run
+-- at these sizes, and their generic plans read whole tables.
 -- Every step returns the delivery rows; _dequeue_round and _dequeue_shared
 -- also return a row with a NULL id for each channel they took but could not
 -- serve, which the caller passes over for the rest of the call.
@@ -114,7 +110,6 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_expired(p_queue lonnymq.queue, p_now
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -178,7 +173,6 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_m
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -255,7 +249,6 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_channelless(p_queue lonnymq.queue, p
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -298,7 +291,6 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_shared(p_queue lonnymq.queue, p_now_
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -374,7 +366,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, m
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -410,11 +401,12 @@ BEGIN
               AND m.dequeue_ms <= v_now_ms
             ORDER BY m.dequeue_ms, m.id
             LIMIT 1) AS free_ms,
-           EXISTS (SELECT 1 FROM lonnymq.channel_hint h
-                   WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms) AS hinted,
-           EXISTS (SELECT 1 FROM lonnymq.message m
-                   WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
-                     AND m.locked_until_ms <= v_now_ms) AS expired
+           -- (Earliest first, so that each is one probe of its ordered index.)
+           (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
+            WHERE h.queue_id = q.id ORDER BY h.dequeue_ms LIMIT 1) <= v_now_ms AS hinted,
+           (SELECT m.locked_until_ms FROM lonnymq.message m
+            WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
+            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired
     INTO v_row
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
     IF v_row IS NULL THEN
@@ -423,10 +415,10 @@ BEGIN
     v_queue := v_row.queue;
     v_free_ms := v_row.free_ms;
     v_hinted := '{}';
-    IF v_row.hinted THEN
+    IF v_row.hinted IS TRUE THEN
         v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
     END IF;
-    IF v_row.expired THEN
+    IF v_row.expired IS TRUE THEN
         RETURN QUERY SELECT * FROM lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, v_left);
         GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
