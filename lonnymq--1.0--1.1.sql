@@ -236,7 +236,7 @@ CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lo
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    IF NOT lonnymq._read_committed() THEN
         RETURN;
     END IF;
     IF pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
@@ -363,6 +363,54 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
 
+-- Whether this transaction reads with a snapshot per statement (READ
+-- COMMITTED). Only then does a statement run after a lock see every change
+-- committed before it, which the channel locks rely on. At REPEATABLE READ and
+-- SERIALIZABLE the snapshot is the transaction's first one.
+CREATE OR REPLACE FUNCTION lonnymq._read_committed() RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN pg_catalog.current_setting('transaction_isolation') = 'read committed';
+END
+$$;
+COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
+
+-- At REPEATABLE READ and SERIALIZABLE, a channel row read from the snapshot
+-- may have been deleted (sweep, channel_delete) or changed (channel_set, a
+-- dequeue turn) since; acting on it could strand a message or miscount a
+-- slot. Locking the row makes PostgreSQL refuse a stale one with a
+-- serialization failure (40001), the usual answer at those levels: retry the
+-- transaction. At READ COMMITTED nothing is needed (see _read_committed).
+CREATE OR REPLACE FUNCTION lonnymq._check_channel_current(p_channel_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR SHARE;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_channel_current(bigint)
+    IS 'Serialization failure (40001) when a snapshot-old channel row changed since.';
+
+-- Refuses a call that counts a channel's messages exactly (channel_set,
+-- channel_delete) outside READ COMMITTED: an older snapshot misses messages
+-- committed since, which no lock can bring back.
+CREATE OR REPLACE FUNCTION lonnymq._require_read_committed(p_function text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT lonnymq._read_committed() THEN
+        RAISE EXCEPTION 'lonnymq: % needs READ COMMITTED, not %', p_function,
+            pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+            USING ERRCODE = '0A000',
+                  HINT = 'It counts the channel''s messages exactly, which an older snapshot cannot.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
+
 -- The channel of a message being settled, read under the channel's shared
 -- advisory lock (taken here, held until commit), so its policy cannot change
 -- before the settle commits. The caller holds the message row lock.
@@ -376,6 +424,7 @@ BEGIN
     PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
     -- Read again under the lock: a policy change that committed meanwhile shows.
     SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+    PERFORM lonnymq._check_channel_current(p_message.channel_id);
     RETURN v_channel;
 END
 $$;
@@ -442,7 +491,9 @@ BEGIN
     -- Read after the lock: a fresh snapshot sees any sweep that just committed.
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-    IF v_channel.id IS NULL THEN
+    IF v_channel.id IS NOT NULL THEN
+        PERFORM lonnymq._check_channel_current(v_channel.id);
+    ELSE
         -- Creation pays for removal: idle channels cannot pile up. Swept
         -- before the insert, so the new (still empty) channel is not a
         -- candidate. A batch sweeps once before taking any of its channels
@@ -502,6 +553,7 @@ BEGIN
         PERFORM lonnymq._invalid('retain_completed must not be NULL');
     END IF;
 
+    PERFORM lonnymq._require_read_committed('channel_set');
     v_queue_id := lonnymq._queue_id(channel_set.queue, true);
     -- Exclusive: waits for producers in flight, so a capacity count taken
     -- below includes every message that will ever commit before it.
@@ -565,6 +617,7 @@ DECLARE
 BEGIN
     PERFORM lonnymq._check_name(channel_delete.queue, 'queue', false);
     PERFORM lonnymq._check_name(channel_delete.channel, 'channel', false);
+    PERFORM lonnymq._require_read_committed('channel_delete');
     v_queue_id := lonnymq._queue_id(channel_delete.queue, false);
     IF v_queue_id IS NULL THEN
         RETURN 'not_found';
@@ -605,6 +658,11 @@ DECLARE
 BEGIN
     IF channel_sweep.max_channels IS NULL OR channel_sweep.max_channels < 0 THEN
         PERFORM lonnymq._invalid('max_channels must be 0 or more');
+    END IF;
+    -- An older snapshot could miss a message committed since and remove its
+    -- channel: outside READ COMMITTED the sweep stands aside (later ones run).
+    IF NOT lonnymq._read_committed() THEN
+        RETURN 0;
     END IF;
     v_idle_before_ms := lonnymq._now_ms() - lonnymq._channel_idle_ms();
     FOR v_candidate IN
@@ -822,6 +880,8 @@ BEGIN
         v_head_held := pg_catalog.current_setting('transaction_isolation') = 'read committed';
         IF v_head_held THEN
             v_head_held := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_lock_key);
+        ELSE
+            PERFORM lonnymq._check_channel_current(v_channel_id);
         END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
@@ -977,7 +1037,7 @@ BEGIN
     -- that create the same new channels then cannot wait on each other in a cycle.
     -- With each channel's head lock held (see message_create), its head
     -- cannot rise until this commits: no hint is needed behind it.
-    v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+    v_read_committed := lonnymq._read_committed();
     FOREACH v_name IN ARRAY v_names LOOP
         v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
         IF v_read_committed
@@ -1355,6 +1415,11 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
+    -- Whether a held channel may be shared depends on its current policy,
+    -- which an older snapshot may not show: outside READ COMMITTED, never.
+    IF NOT lonnymq._read_committed() THEN
+        RETURN;
+    END IF;
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
       AND (p_free_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_free_ms, p_queue.nochannel_turn_seq))
@@ -1608,6 +1673,10 @@ BEGIN
     END IF;
     IF v_lock_key IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            PERFORM lonnymq._check_channel_current((SELECT m.channel_id FROM lonnymq.message m
+                                                    WHERE m.id = message_complete.id));
+        END IF;
     END IF;
     -- The policy is read after the lock, so a channel_set that committed
     -- meanwhile is seen.

@@ -188,7 +188,7 @@ CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lo
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    IF NOT lonnymq._read_committed() THEN
         RETURN;
     END IF;
     IF pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
@@ -315,6 +315,54 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
 
+-- Whether this transaction reads with a snapshot per statement (READ
+-- COMMITTED). Only then does a statement run after a lock see every change
+-- committed before it, which the channel locks rely on. At REPEATABLE READ and
+-- SERIALIZABLE the snapshot is the transaction's first one.
+CREATE OR REPLACE FUNCTION lonnymq._read_committed() RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN pg_catalog.current_setting('transaction_isolation') = 'read committed';
+END
+$$;
+COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
+
+-- At REPEATABLE READ and SERIALIZABLE, a channel row read from the snapshot
+-- may have been deleted (sweep, channel_delete) or changed (channel_set, a
+-- dequeue turn) since; acting on it could strand a message or miscount a
+-- slot. Locking the row makes PostgreSQL refuse a stale one with a
+-- serialization failure (40001), the usual answer at those levels: retry the
+-- transaction. At READ COMMITTED nothing is needed (see _read_committed).
+CREATE OR REPLACE FUNCTION lonnymq._check_channel_current(p_channel_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR SHARE;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_channel_current(bigint)
+    IS 'Serialization failure (40001) when a snapshot-old channel row changed since.';
+
+-- Refuses a call that counts a channel's messages exactly (channel_set,
+-- channel_delete) outside READ COMMITTED: an older snapshot misses messages
+-- committed since, which no lock can bring back.
+CREATE OR REPLACE FUNCTION lonnymq._require_read_committed(p_function text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT lonnymq._read_committed() THEN
+        RAISE EXCEPTION 'lonnymq: % needs READ COMMITTED, not %', p_function,
+            pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+            USING ERRCODE = '0A000',
+                  HINT = 'It counts the channel''s messages exactly, which an older snapshot cannot.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
+
 -- The channel of a message being settled, read under the channel's shared
 -- advisory lock (taken here, held until commit), so its policy cannot change
 -- before the settle commits. The caller holds the message row lock.
@@ -328,6 +376,7 @@ BEGIN
     PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
     -- Read again under the lock: a policy change that committed meanwhile shows.
     SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+    PERFORM lonnymq._check_channel_current(p_message.channel_id);
     RETURN v_channel;
 END
 $$;

@@ -17,7 +17,9 @@ BEGIN
     -- Read after the lock: a fresh snapshot sees any sweep that just committed.
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-    IF v_channel.id IS NULL THEN
+    IF v_channel.id IS NOT NULL THEN
+        PERFORM lonnymq._check_channel_current(v_channel.id);
+    ELSE
         -- Creation pays for removal: idle channels cannot pile up. Swept
         -- before the insert, so the new (still empty) channel is not a
         -- candidate. A batch sweeps once before taking any of its channels
@@ -77,6 +79,7 @@ BEGIN
         PERFORM lonnymq._invalid('retain_completed must not be NULL');
     END IF;
 
+    PERFORM lonnymq._require_read_committed('channel_set');
     v_queue_id := lonnymq._queue_id(channel_set.queue, true);
     -- Exclusive: waits for producers in flight, so a capacity count taken
     -- below includes every message that will ever commit before it.
@@ -140,6 +143,7 @@ DECLARE
 BEGIN
     PERFORM lonnymq._check_name(channel_delete.queue, 'queue', false);
     PERFORM lonnymq._check_name(channel_delete.channel, 'channel', false);
+    PERFORM lonnymq._require_read_committed('channel_delete');
     v_queue_id := lonnymq._queue_id(channel_delete.queue, false);
     IF v_queue_id IS NULL THEN
         RETURN 'not_found';
@@ -180,6 +184,11 @@ DECLARE
 BEGIN
     IF channel_sweep.max_channels IS NULL OR channel_sweep.max_channels < 0 THEN
         PERFORM lonnymq._invalid('max_channels must be 0 or more');
+    END IF;
+    -- An older snapshot could miss a message committed since and remove its
+    -- channel: outside READ COMMITTED the sweep stands aside (later ones run).
+    IF NOT lonnymq._read_committed() THEN
+        RETURN 0;
     END IF;
     v_idle_before_ms := lonnymq._now_ms() - lonnymq._channel_idle_ms();
     FOR v_candidate IN

@@ -183,6 +183,8 @@ BEGIN
         v_head_held := pg_catalog.current_setting('transaction_isolation') = 'read committed';
         IF v_head_held THEN
             v_head_held := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_lock_key);
+        ELSE
+            PERFORM lonnymq._check_channel_current(v_channel_id);
         END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
@@ -338,7 +340,7 @@ BEGIN
     -- that create the same new channels then cannot wait on each other in a cycle.
     -- With each channel's head lock held (see message_create), its head
     -- cannot rise until this commits: no hint is needed behind it.
-    v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+    v_read_committed := lonnymq._read_committed();
     FOREACH v_name IN ARRAY v_names LOOP
         v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
         IF v_read_committed

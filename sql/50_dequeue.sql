@@ -296,6 +296,11 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
+    -- Whether a held channel may be shared depends on its current policy,
+    -- which an older snapshot may not show: outside READ COMMITTED, never.
+    IF NOT lonnymq._read_committed() THEN
+        RETURN;
+    END IF;
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
       AND (p_free_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_free_ms, p_queue.nochannel_turn_seq))

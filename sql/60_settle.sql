@@ -59,6 +59,10 @@ BEGIN
     END IF;
     IF v_lock_key IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            PERFORM lonnymq._check_channel_current((SELECT m.channel_id FROM lonnymq.message m
+                                                    WHERE m.id = message_complete.id));
+        END IF;
     END IF;
     -- The policy is read after the lock, so a channel_set that committed
     -- meanwhile is seen.

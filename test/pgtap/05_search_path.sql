@@ -89,8 +89,8 @@ INSERT INTO pg_temp.results SELECT 'dequeue q2', convert_from(content, 'UTF8') |
 INSERT INTO pg_temp.results SELECT 'complete wrong id', lonnymq.message_complete(1000000, 1);
 INSERT INTO pg_temp.results SELECT 'complete wrong attempt', lonnymq.message_complete(d.id, 7)
     FROM lonnymq.message_dequeue('q1', 60000) d;
-INSERT INTO pg_temp.results SELECT 'heartbeat', lonnymq.message_heartbeat(4, 1, 60000);
-INSERT INTO pg_temp.results SELECT 'defer', lonnymq.message_defer(4, 1, delay_ms => 3600000);
+INSERT INTO pg_temp.results SELECT 'heartbeat', lonnymq.message_heartbeat(3, 1, 60000);
+INSERT INTO pg_temp.results SELECT 'defer', lonnymq.message_defer(3, 1, delay_ms => 3600000);
 INSERT INTO pg_temp.results SELECT 'complete q1', lonnymq.message_complete(1, 1);
 INSERT INTO pg_temp.results SELECT 'fail', lonnymq.message_fail(d.id, d.num_attempts, 'e')
     FROM lonnymq.message_dequeue('q2', 60000) d;
@@ -129,9 +129,10 @@ SELECT ok((SELECT bool_and(created_at BETWEEN now() - interval '1 minute' AND no
           'creation and schedule times come from the real clock');
 -- The decoys were not touched, lonnymq's own tables were used.
 SELECT is((SELECT count(*) FROM hostile.message), 1::bigint, 'the hostile message table is untouched');
--- Ids are fresh in this transaction: a=1, a2=2, (a3 used 3), b=4, b2=5, b3=6,
--- b4=7. a completed, a2 cancelled, b deferred; channel d (never served) had
--- waited longest in q2 when the second dequeue came, so b4 was failed.
+-- Ids are fresh in this transaction: a=1, a2=2, (a3, a duplicate, takes
+-- none), b=3, b2=4, b3=5, b4=6. a completed, a2 cancelled, b deferred;
+-- channel d (never served) had waited longest in q2 when the second dequeue
+-- came, so b4 was failed.
 SELECT is((SELECT array_agg(convert_from(content, 'UTF8') ORDER BY id) FROM lonnymq.message WHERE queue_id IN
                (SELECT id FROM lonnymq.queue WHERE name IN ('q1', 'q2', 'q4'))),
           ARRAY['b', 'b2', 'b3'], 'the live messages are the expected ones');
