@@ -1740,6 +1740,12 @@ BEGIN
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
       AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
     ORDER BY c.id FOR NO KEY UPDATE;
+    -- An older snapshot may show an old policy: refuse a stale one (40001).
+    IF NOT lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel c
+        WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+        ORDER BY c.id FOR SHARE;
+    END IF;
 
     -- Statuses as sequential completes would give them: an id repeated in the
     -- batch is completed by its first element whose attempt is current;
