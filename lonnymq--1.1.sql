@@ -400,20 +400,20 @@ COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and 
 -- waits). When it is busy the head stays early, which is safe, and a later
 -- dequeue tries again. Only at READ COMMITTED, where the refresh reads with a
 -- snapshot taken after the lock. The caller holds the channel row.
-CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lock_key integer) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lock_key integer) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT lonnymq._read_committed() THEN
-        RETURN;
+    IF NOT lonnymq._read_committed()
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
+        RETURN false;
     END IF;
-    IF pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
-        PERFORM lonnymq._channel_refresh(p_channel_id);
-    END IF;
+    PERFORM lonnymq._channel_refresh(p_channel_id);
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
-    IS 'Raises a drained channel head when no producer is in flight.';
+    IS 'Raises a drained channel head when no producer is in flight; whether it did.';
 
 -- Folds due producer hints into channel heads, for up to p_limit channels.
 -- Channels held by another transaction (a dequeuer or settler about to
@@ -549,13 +549,15 @@ COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at 
 -- dequeue turn) since; acting on it could strand a message or miscount a
 -- slot. Locking the row makes PostgreSQL refuse a stale one with a
 -- serialization failure (40001), the usual answer at those levels: retry the
--- transaction. At READ COMMITTED nothing is needed (see _read_committed).
+-- transaction. The mode is the one settles of counted channels take anyway,
+-- so no transaction ever upgrades its lock (two upgrading ones deadlock). At
+-- READ COMMITTED nothing is needed (see _read_committed).
 CREATE OR REPLACE FUNCTION lonnymq._check_channel_current(p_channel_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR SHARE;
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
     END IF;
 END
 $$;
@@ -1375,7 +1377,10 @@ BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), p_channel.lock_key) THEN
         RETURN false;
     END IF;
-    IF lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+    -- The row too, without waiting, where the settle will lock it: counted
+    -- channels, and every channel outside READ COMMITTED (_check_channel_current).
+    IF (lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+        OR NOT lonnymq._read_committed())
        AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = p_channel.id
                        FOR NO KEY UPDATE SKIP LOCKED) THEN
         RETURN false;
@@ -1446,6 +1451,30 @@ $$;
 COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer)
     IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
 
+-- A channel taken for a round had nothing due (a stale key, or every ready
+-- message being claimed by others): its head is raised if that can be done
+-- now. If not (a producer is in flight), the head must stay early, and the
+-- channel takes an empty turn instead, so that it waits behind the others
+-- rather than heading every round until the raise succeeds. An empty turn
+-- only ever makes the next real one later, never earlier.
+CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key) THEN
+        UPDATE lonnymq.channel c
+        SET last_turn_ms = greatest(c.last_turn_ms, p_now_ms),
+            turn_seq = x.seq,
+            ready_ms = lonnymq._ready_ms(c.head_ms, greatest(c.last_turn_ms, p_now_ms), c.release_interval_ms,
+                                         c.locked_count, c.max_concurrency, x.seq)
+        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
+        WHERE c.id = p_channel.id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint)
+    IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
+
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
 -- other transaction holds, in one statement (only those in p_only when given,
 -- only those fairer than the channel-less key p_free_ms when given), then
@@ -1488,12 +1517,15 @@ BEGIN
         WHERE m.id = (SELECT h.id FROM lonnymq.message h
                       WHERE h.queue_id = p_queue.id AND h.channel_id = v_channel.id
                         AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                        -- (one deferred after the dead-letter step above ran
+                        -- is left for the next dequeue to dead-letter)
+                        AND (v_channel.max_attempts IS NULL OR h.num_attempts < v_channel.max_attempts)
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
         RETURNING m.* INTO v_message;
         IF NOT FOUND THEN
-            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms);
             RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
                                 NULL::timestamptz;
             CONTINUE;
@@ -1908,11 +1940,12 @@ BEGIN
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
       AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
     ORDER BY c.id FOR NO KEY UPDATE;
-    -- An older snapshot may show an old policy: refuse a stale one (40001).
+    -- An older snapshot may show an old policy: refuse a stale one (40001),
+    -- in the mode _check_channel_current uses.
     IF NOT lonnymq._read_committed() THEN
         PERFORM 1 FROM lonnymq.channel c
         WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-        ORDER BY c.id FOR SHARE;
+        ORDER BY c.id FOR NO KEY UPDATE;
     END IF;
 
     -- Statuses as sequential completes would give them: an id repeated in the

@@ -184,20 +184,20 @@ COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and 
 -- waits). When it is busy the head stays early, which is safe, and a later
 -- dequeue tries again. Only at READ COMMITTED, where the refresh reads with a
 -- snapshot taken after the lock. The caller holds the channel row.
-CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lock_key integer) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lock_key integer) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT lonnymq._read_committed() THEN
-        RETURN;
+    IF NOT lonnymq._read_committed()
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
+        RETURN false;
     END IF;
-    IF pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
-        PERFORM lonnymq._channel_refresh(p_channel_id);
-    END IF;
+    PERFORM lonnymq._channel_refresh(p_channel_id);
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
-    IS 'Raises a drained channel head when no producer is in flight.';
+    IS 'Raises a drained channel head when no producer is in flight; whether it did.';
 
 -- Folds due producer hints into channel heads, for up to p_limit channels.
 -- Channels held by another transaction (a dequeuer or settler about to
@@ -333,13 +333,15 @@ COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at 
 -- dequeue turn) since; acting on it could strand a message or miscount a
 -- slot. Locking the row makes PostgreSQL refuse a stale one with a
 -- serialization failure (40001), the usual answer at those levels: retry the
--- transaction. At READ COMMITTED nothing is needed (see _read_committed).
+-- transaction. The mode is the one settles of counted channels take anyway,
+-- so no transaction ever upgrades its lock (two upgrading ones deadlock). At
+-- READ COMMITTED nothing is needed (see _read_committed).
 CREATE OR REPLACE FUNCTION lonnymq._check_channel_current(p_channel_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR SHARE;
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
     END IF;
 END
 $$;

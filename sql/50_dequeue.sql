@@ -88,7 +88,10 @@ BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), p_channel.lock_key) THEN
         RETURN false;
     END IF;
-    IF lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+    -- The row too, without waiting, where the settle will lock it: counted
+    -- channels, and every channel outside READ COMMITTED (_check_channel_current).
+    IF (lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+        OR NOT lonnymq._read_committed())
        AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = p_channel.id
                        FOR NO KEY UPDATE SKIP LOCKED) THEN
         RETURN false;
@@ -159,6 +162,30 @@ $$;
 COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer)
     IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
 
+-- A channel taken for a round had nothing due (a stale key, or every ready
+-- message being claimed by others): its head is raised if that can be done
+-- now. If not (a producer is in flight), the head must stay early, and the
+-- channel takes an empty turn instead, so that it waits behind the others
+-- rather than heading every round until the raise succeeds. An empty turn
+-- only ever makes the next real one later, never earlier.
+CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key) THEN
+        UPDATE lonnymq.channel c
+        SET last_turn_ms = greatest(c.last_turn_ms, p_now_ms),
+            turn_seq = x.seq,
+            ready_ms = lonnymq._ready_ms(c.head_ms, greatest(c.last_turn_ms, p_now_ms), c.release_interval_ms,
+                                         c.locked_count, c.max_concurrency, x.seq)
+        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
+        WHERE c.id = p_channel.id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint)
+    IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
+
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
 -- other transaction holds, in one statement (only those in p_only when given,
 -- only those fairer than the channel-less key p_free_ms when given), then
@@ -201,12 +228,15 @@ BEGIN
         WHERE m.id = (SELECT h.id FROM lonnymq.message h
                       WHERE h.queue_id = p_queue.id AND h.channel_id = v_channel.id
                         AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                        -- (one deferred after the dead-letter step above ran
+                        -- is left for the next dequeue to dead-letter)
+                        AND (v_channel.max_attempts IS NULL OR h.num_attempts < v_channel.max_attempts)
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
         RETURNING m.* INTO v_message;
         IF NOT FOUND THEN
-            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms);
             RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
                                 NULL::timestamptz;
             CONTINUE;

@@ -126,11 +126,12 @@ BEGIN
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
       AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
     ORDER BY c.id FOR NO KEY UPDATE;
-    -- An older snapshot may show an old policy: refuse a stale one (40001).
+    -- An older snapshot may show an old policy: refuse a stale one (40001),
+    -- in the mode _check_channel_current uses.
     IF NOT lonnymq._read_committed() THEN
         PERFORM 1 FROM lonnymq.channel c
         WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-        ORDER BY c.id FOR SHARE;
+        ORDER BY c.id FOR NO KEY UPDATE;
     END IF;
 
     -- Statuses as sequential completes would give them: an id repeated in the
