@@ -52,8 +52,8 @@ CREATE SEQUENCE lonnymq.queue_id_seq AS integer;
 CREATE TABLE lonnymq.queue (
     id integer NOT NULL DEFAULT pg_catalog.nextval('lonnymq.queue_id_seq') PRIMARY KEY,
     name text NOT NULL UNIQUE,
-    nochannel_turn_ms bigint NOT NULL DEFAULT 0,
-    nochannel_turn_seq bigint NOT NULL DEFAULT 0
+    channelless_turn_ms bigint NOT NULL DEFAULT 0,
+    channelless_turn_seq bigint NOT NULL DEFAULT 0
 );
 ALTER SEQUENCE lonnymq.queue_id_seq OWNED BY lonnymq.queue.id;
 COMMENT ON TABLE lonnymq.queue IS 'Queues by name; created on first use, never removed automatically.';
@@ -133,7 +133,7 @@ CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, channel_id, dequeue
 -- Unlocked channel-less messages in (dequeue_ms, id) order. A separate index:
 -- "channel_id IS NULL" does not fix a column for ordering purposes, so the
 -- index above cannot return them in order and the planner would sort them all.
-CREATE INDEX message_free_idx ON lonnymq.message (queue_id, dequeue_ms, id)
+CREATE INDEX message_channelless_idx ON lonnymq.message (queue_id, dequeue_ms, id)
     WHERE locked_until_ms IS NULL AND channel_id IS NULL;
 -- Locked messages by expiry: the recovery probe of every dequeue.
 CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, id)
@@ -315,12 +315,12 @@ COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, 
 
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
 -- delivered once by PostgreSQL, which is what coalesces batches.
-CREATE OR REPLACE FUNCTION lonnymq._notify(p_channel text, p_queue text, p_event text) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._notify(p_listen_channel text, p_queue text, p_event text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF coalesce(pg_catalog.current_setting('lonnymq.notify', true), '') NOT IN ('off', 'false', '0') THEN
-        PERFORM pg_catalog.pg_notify(p_channel,
+        PERFORM pg_catalog.pg_notify(p_listen_channel,
             pg_catalog.json_build_object('queue', p_queue, 'event', p_event)::text);
     END IF;
 END
@@ -855,7 +855,7 @@ BEGIN
             PERFORM lonnymq._channel_refresh(v_candidate.id);
             CONTINUE;
         END IF;
-        -- A shared channel does not count its messages in flight: look.
+        -- An unaccounted channel does not count its messages in flight: look.
         CONTINUE WHEN EXISTS (SELECT 1 FROM lonnymq.message m
                               WHERE m.channel_id = v_candidate.id AND m.locked_until_ms IS NOT NULL);
         DELETE FROM lonnymq.channel c WHERE c.id = v_candidate.id;
@@ -1298,11 +1298,11 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 --   _dequeue_round        a round of free channels: lock the fairest, claim
 --                         one head each, record every turn
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
---   _dequeue_shared       a channel held by another dequeuer, shared
+--   _dequeue_held         messages of a channel another dequeuer holds
 -- Each step is a few plain statements, each touching a handful of rows
 -- through an index: large multi-CTE statements cost more to start than to run
 -- at these sizes, and their generic plans read whole tables.
--- Every step returns the delivery rows; _dequeue_round and _dequeue_shared
+-- Every step returns the delivery rows; _dequeue_round and _dequeue_held
 -- also return a row with a NULL id for each channel they took but could not
 -- serve, which the caller passes over for the rest of the call.
 -- ===========================================================================
@@ -1477,14 +1477,14 @@ COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint)
 
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
 -- other transaction holds, in one statement (only those in p_only when given,
--- only those fairer than the channel-less key p_free_ms when given), then
+-- only those fairer than the channel-less key p_channelless_ms when given), then
 -- serves them in that order, one message each, recording each turn. That is
 -- what single dequeues in a row do: a channel served gets a key (this turn)
 -- after all of them. A channel with nothing to take (a stale key, or every
 -- ready message being claimed by others) takes no turn, gets its head raised
 -- if it can be, and comes back as a row with a NULL id.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
-                                                  p_want integer, p_free_ms bigint, p_tried bigint[],
+                                                  p_want integer, p_channelless_ms bigint, p_tried bigint[],
                                                   p_only bigint[])
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
@@ -1503,7 +1503,7 @@ BEGIN
     FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
           WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
             AND (p_only IS NULL OR c.id = ANY (p_only))
-            AND (p_free_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_free_ms, p_queue.nochannel_turn_seq))
+            AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
             AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
@@ -1588,7 +1588,7 @@ BEGIN
     ORDER BY k.dequeue_ms, k.id;
     IF FOUND AND p_turn_seq IS NOT NULL THEN
         UPDATE lonnymq.queue q
-        SET nochannel_turn_ms = p_now_ms, nochannel_turn_seq = p_turn_seq
+        SET channelless_turn_ms = p_now_ms, channelless_turn_seq = p_turn_seq
         WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = p_queue.id FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
 END
@@ -1599,14 +1599,14 @@ COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, 
 -- Step 4. Every ready channel is held by another transaction: take messages
 -- from the fairest held channel without accounting anyway, exactly like a
 -- bare SKIP LOCKED queue (p_hinted: channels whose new work only their holder
--- has folded in so far). Sharing takes no turn (the holder records it), so
+-- has folded in so far). This takes no turn (the holder records it), so
 -- single dequeues in a row would take its messages one after another: up to
 -- p_want in one statement. A channel found free by now is served by a round
--- instead; one that cannot be shared (gone, or accounted since) or has
+-- instead; one that cannot be served so (gone, or accounted since) or has
 -- nothing to take comes back as a row with a NULL id.
-CREATE OR REPLACE FUNCTION lonnymq._dequeue_shared(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
-                                                   p_want integer, p_free_ms bigint, p_tried bigint[],
-                                                   p_hinted bigint[])
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                 p_want integer, p_channelless_ms bigint, p_tried bigint[],
+                                                 p_hinted bigint[])
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -1615,19 +1615,19 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
-    -- Whether a held channel may be shared depends on its current policy,
+    -- Whether a held channel may be served depends on its current policy,
     -- which an older snapshot may not show: outside READ COMMITTED, never.
     IF NOT lonnymq._read_committed() THEN
         RETURN;
     END IF;
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
-      AND (p_free_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_free_ms, p_queue.nochannel_turn_seq))
+      AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
       AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
       AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
     ORDER BY c.ready_ms, c.turn_seq, c.id
     LIMIT 1;
-    IF v_channel.id IS NULL AND p_free_ms IS NULL THEN
+    IF v_channel.id IS NULL AND p_channelless_ms IS NULL THEN
         SELECT c.* INTO v_channel FROM lonnymq.channel c
         WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
           AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
@@ -1639,14 +1639,14 @@ BEGIN
         RETURN;
     END IF;
     -- Checked again now that its advisory lock is held: its holder may have gone.
-    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_free_ms, p_tried,
+    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, p_tried,
                                                       ARRAY[v_channel.id]);
     IF FOUND THEN
         RETURN;
     END IF;
     -- Still held. Read afresh: a policy change that committed after the pick's
     -- snapshot (but before the lock) may have made it accounted, and
-    -- accounted channels are never shared.
+    -- accounted channels are never served while held.
     SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
     IF v_channel.id IS NOT NULL
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
@@ -1678,14 +1678,14 @@ BEGIN
                         NULL::timestamptz;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_shared(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
+COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
     IS 'Dequeue step: messages of a channel held by another dequeuer, without a turn.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
 -- like max_messages single dequeues in a row (SPEC 3.13): expired locks
 -- first, then rounds of the fairest free channels, with the channel-less
 -- messages taking their turn as one more channel, and, when every ready
--- channel is held by someone else, a held channel shared.
+-- channel is held by someone else, messages of a held one.
 CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
@@ -1696,13 +1696,13 @@ DECLARE
     v_queue lonnymq.queue;
     v_now_ms bigint := lonnymq._now_ms();
     v_left integer := message_dequeue.max_messages;
-    v_free_ms bigint;            -- scheduling key of the channel-less messages; NULL: none ready
+    v_channelless_ms bigint;            -- scheduling key of the channel-less messages; NULL: none ready
     v_channels_ready boolean;    -- whether channels compete with them
     v_hinted bigint[];           -- busy channels with due hints: ready, maybe unrecorded
-    v_tried bigint[] := '{}';    -- channels taken or shared without success: passed over
+    v_tried bigint[] := '{}';    -- channels taken without success: passed over
     v_served bigint[] := '{}';   -- channels this call took a turn on (it holds their rows)
     v_only bigint[];             -- once a round came up short: look only at those
-    v_share boolean := false;    -- the next channel step shares a held channel
+    v_held boolean := false;     -- the next channel step serves a held channel
     v_turn_seq bigint;
     v_asked integer;
     v_taken integer;
@@ -1720,7 +1720,7 @@ BEGIN
     -- The queue, and whether each step has anything to do: a step that would
     -- find nothing is not run at all.
     SELECT q AS queue,
-           (SELECT greatest(m.dequeue_ms, q.nochannel_turn_ms) FROM lonnymq.message m
+           (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
               AND m.dequeue_ms <= v_now_ms
             ORDER BY m.dequeue_ms, m.id
@@ -1737,7 +1737,7 @@ BEGIN
         RETURN;
     END IF;
     v_queue := v_row.queue;
-    v_free_ms := v_row.free_ms;
+    v_channelless_ms := v_row.free_ms;
     v_hinted := '{}';
     IF v_row.hinted IS TRUE THEN
         v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
@@ -1747,25 +1747,25 @@ BEGIN
         GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
     END IF;
-    IF v_free_ms IS NOT NULL THEN
+    IF v_channelless_ms IS NOT NULL THEN
         v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
             OR EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms);
     END IF;
 
     WHILE v_left > 0 LOOP
         -- Channels: a round of free ones or, once there is none and the
-        -- channel-less messages had their chance, a held one shared. (The
+        -- channel-less messages had their chance, a held one. (The
         -- step not chosen is a one-time-false filter: it never runs.)
         v_asked := v_left;
         v_taken := 0;
         FOR v_row IN
-            SELECT * FROM lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_free_ms,
+            SELECT * FROM lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
                                                  v_tried, v_only)
-            WHERE NOT v_share
+            WHERE NOT v_held
             UNION ALL
-            SELECT * FROM lonnymq._dequeue_shared(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_free_ms,
+            SELECT * FROM lonnymq._dequeue_held(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
                                                   v_tried, v_hinted)
-            WHERE v_share
+            WHERE v_held
         LOOP
             v_taken := v_taken + 1;
             IF v_row.id IS NULL THEN
@@ -1783,15 +1783,15 @@ BEGIN
             -- other ready channel is held by someone else. Later rounds look
             -- only at the channels this call holds instead of walking past the
             -- others again.
-            IF NOT v_share AND v_taken < v_asked AND v_free_ms IS NULL THEN
+            IF NOT v_held AND v_taken < v_asked AND v_channelless_ms IS NULL THEN
                 v_only := v_served;
             END IF;
-            v_share := false;
+            v_held := false;
             CONTINUE;
         END IF;
-        EXIT WHEN v_share;  -- nothing ready anywhere
-        IF v_free_ms IS NULL THEN
-            v_share := true;
+        EXIT WHEN v_held;  -- nothing ready anywhere
+        IF v_channelless_ms IS NULL THEN
+            v_held := true;
             CONTINUE;
         END IF;
         -- The channel-less messages' turn. When channels compete, one message
@@ -1802,10 +1802,10 @@ BEGIN
         GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
         IF v_taken = 0 OR v_turn_seq IS NULL THEN
-            v_free_ms := NULL;  -- none left, or none competed: the channel-less part is done
+            v_channelless_ms := NULL;  -- none left, or none competed: the channel-less part is done
         ELSE
-            v_free_ms := v_now_ms;
-            v_queue.nochannel_turn_seq := v_turn_seq;
+            v_channelless_ms := v_now_ms;
+            v_queue.channelless_turn_seq := v_turn_seq;
         END IF;
     END LOOP;
 END
@@ -1898,7 +1898,7 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 -- Completes many deliveries; one (id, status) row per input element, as if
 -- each were a message_complete in input order. Locks all messages, then all
 -- channels, each in id order, so concurrent batches cannot deadlock. Then
--- set-based: statuses in one statement, and messages of shared channels that
+-- set-based: statuses in one statement, and messages of unaccounted channels that
 -- keep no completed archive are deleted in one statement; only accounted or
 -- archiving channels go message by message.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
@@ -1983,7 +1983,7 @@ BEGIN
     LOOP
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
     END LOOP;
-    -- Everything else (shared channels, channel-less messages) just goes.
+    -- Everything else (unaccounted channels, channel-less messages) just goes.
     DELETE FROM lonnymq.message m WHERE m.id = ANY (v_done);
 
     RETURN QUERY
@@ -2042,7 +2042,7 @@ BEGIN
                                              c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
             WHERE c.id = v_channel.id;
         ELSE
-            -- A shared channel's row is not ours to hold: tell dequeue, like a producer.
+            -- An unaccounted channel's row is not ours to hold: tell dequeue, like a producer.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
             VALUES ((v_lock.p_message).queue_id, v_channel.id, v_dequeue_ms);
         END IF;

@@ -10,8 +10,8 @@ CREATE SEQUENCE lonnymq.queue_id_seq AS integer;
 CREATE TABLE lonnymq.queue (
     id integer NOT NULL DEFAULT pg_catalog.nextval('lonnymq.queue_id_seq') PRIMARY KEY,
     name text NOT NULL UNIQUE,
-    nochannel_turn_ms bigint NOT NULL DEFAULT 0,
-    nochannel_turn_seq bigint NOT NULL DEFAULT 0
+    channelless_turn_ms bigint NOT NULL DEFAULT 0,
+    channelless_turn_seq bigint NOT NULL DEFAULT 0
 );
 ALTER SEQUENCE lonnymq.queue_id_seq OWNED BY lonnymq.queue.id;
 COMMENT ON TABLE lonnymq.queue IS 'Queues by name; created on first use, never removed automatically.';
@@ -91,7 +91,7 @@ CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, channel_id, dequeue
 -- Unlocked channel-less messages in (dequeue_ms, id) order. A separate index:
 -- "channel_id IS NULL" does not fix a column for ordering purposes, so the
 -- index above cannot return them in order and the planner would sort them all.
-CREATE INDEX message_free_idx ON lonnymq.message (queue_id, dequeue_ms, id)
+CREATE INDEX message_channelless_idx ON lonnymq.message (queue_id, dequeue_ms, id)
     WHERE locked_until_ms IS NULL AND channel_id IS NULL;
 -- Locked messages by expiry: the recovery probe of every dequeue.
 CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, id)

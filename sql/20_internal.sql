@@ -99,12 +99,12 @@ COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, 
 
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
 -- delivered once by PostgreSQL, which is what coalesces batches.
-CREATE OR REPLACE FUNCTION lonnymq._notify(p_channel text, p_queue text, p_event text) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._notify(p_listen_channel text, p_queue text, p_event text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF coalesce(pg_catalog.current_setting('lonnymq.notify', true), '') NOT IN ('off', 'false', '0') THEN
-        PERFORM pg_catalog.pg_notify(p_channel,
+        PERFORM pg_catalog.pg_notify(p_listen_channel,
             pg_catalog.json_build_object('queue', p_queue, 'event', p_event)::text);
     END IF;
 END

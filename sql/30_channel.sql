@@ -211,7 +211,7 @@ BEGIN
             PERFORM lonnymq._channel_refresh(v_candidate.id);
             CONTINUE;
         END IF;
-        -- A shared channel does not count its messages in flight: look.
+        -- An unaccounted channel does not count its messages in flight: look.
         CONTINUE WHEN EXISTS (SELECT 1 FROM lonnymq.message m
                               WHERE m.channel_id = v_candidate.id AND m.locked_until_ms IS NOT NULL);
         DELETE FROM lonnymq.channel c WHERE c.id = v_candidate.id;

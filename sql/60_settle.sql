@@ -84,7 +84,7 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 -- Completes many deliveries; one (id, status) row per input element, as if
 -- each were a message_complete in input order. Locks all messages, then all
 -- channels, each in id order, so concurrent batches cannot deadlock. Then
--- set-based: statuses in one statement, and messages of shared channels that
+-- set-based: statuses in one statement, and messages of unaccounted channels that
 -- keep no completed archive are deleted in one statement; only accounted or
 -- archiving channels go message by message.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
@@ -169,7 +169,7 @@ BEGIN
     LOOP
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
     END LOOP;
-    -- Everything else (shared channels, channel-less messages) just goes.
+    -- Everything else (unaccounted channels, channel-less messages) just goes.
     DELETE FROM lonnymq.message m WHERE m.id = ANY (v_done);
 
     RETURN QUERY
@@ -228,7 +228,7 @@ BEGIN
                                              c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
             WHERE c.id = v_channel.id;
         ELSE
-            -- A shared channel's row is not ours to hold: tell dequeue, like a producer.
+            -- An unaccounted channel's row is not ours to hold: tell dequeue, like a producer.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
             VALUES ((v_lock.p_message).queue_id, v_channel.id, v_dequeue_ms);
         END IF;

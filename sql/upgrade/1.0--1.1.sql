@@ -7,3 +7,11 @@
 -- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
 -- claim helper is gone.
 DROP FUNCTION lonnymq._claim(bigint, bigint);
+
+-- One word per concept: "channel-less" for messages without a channel (not
+-- "nochannel" or "free": a free channel is one nobody holds), and _notify's
+-- first argument is the LISTEN channel, not a queue channel.
+ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
+ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
+ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
+DROP FUNCTION lonnymq._notify(text, text, text);
