@@ -564,6 +564,20 @@ $$;
 COMMENT ON FUNCTION lonnymq._check_channel_current(bigint)
     IS 'Serialization failure (40001) when a snapshot-old channel row changed since.';
 
+-- Whether a producer may leave out the hint behind a channel's head (see
+-- _channel_raise_head): only at READ COMMITTED, and only with the channel's
+-- head lock held shared until commit, tried (a head being raised right now
+-- means: write the hint).
+CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN lonnymq._read_committed()
+           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
+
 -- Refuses a call that counts a channel's messages exactly (channel_set,
 -- channel_delete) outside READ COMMITTED: an older snapshot misses messages
 -- committed since, which no lock can bring back.
@@ -1044,14 +1058,9 @@ BEGIN
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
-        -- Held: the head cannot rise until this commits, so no hint is
-        -- needed behind it. Busy (a head being raised), or a snapshot older
-        -- than this statement (which may miss a raise): hint regardless.
-        v_head_held := pg_catalog.current_setting('transaction_isolation') = 'read committed';
-        IF v_head_held THEN
-            v_head_held := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_lock_key);
-        ELSE
-            PERFORM lonnymq._check_channel_current(v_channel_id);
+        v_head_held := lonnymq._hold_head_lock(v_lock_key);
+        IF NOT v_head_held THEN
+            PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
         END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
@@ -1129,7 +1138,6 @@ DECLARE
     v_name text;
     v_bad timestamptz;
     v_channel lonnymq.channel;
-    v_read_committed boolean;
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     i integer;
 BEGIN
@@ -1205,13 +1213,9 @@ BEGIN
     END IF;
     -- Take every channel (creating new ones) in name order first: two batches
     -- that create the same new channels then cannot wait on each other in a cycle.
-    -- With each channel's head lock held (see message_create), its head
-    -- cannot rise until this commits: no hint is needed behind it.
-    v_read_committed := lonnymq._read_committed();
     FOREACH v_name IN ARRAY v_names LOOP
         v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
-        IF v_read_committed
-           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_channel.lock_key) THEN
+        IF lonnymq._hold_head_lock(v_channel.lock_key) THEN
             v_head_held := v_head_held || v_channel.id;
         END IF;
     END LOOP;
@@ -1853,6 +1857,7 @@ AS $$
 DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
+    v_channel_id bigint;
     v_lock_key integer;
     v_message lonnymq.message;
 BEGIN
@@ -1860,9 +1865,9 @@ BEGIN
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    SELECT m.locked_until_ms, m.num_attempts,
+    SELECT m.locked_until_ms, m.num_attempts, m.channel_id,
            (SELECT c.lock_key FROM lonnymq.channel c WHERE c.id = m.channel_id)
-    INTO v_locked_until_ms, v_attempts, v_lock_key
+    INTO v_locked_until_ms, v_attempts, v_channel_id, v_lock_key
     FROM lonnymq.message m
     WHERE m.id = message_complete.id
     FOR UPDATE;
@@ -1873,10 +1878,7 @@ BEGIN
     END IF;
     IF v_lock_key IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            PERFORM lonnymq._check_channel_current((SELECT m.channel_id FROM lonnymq.message m
-                                                    WHERE m.id = message_complete.id));
-        END IF;
+        PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
     END IF;
     -- The policy is read after the lock, so a channel_set that committed
     -- meanwhile is seen.
@@ -1910,6 +1912,7 @@ DECLARE
     v_statuses text[];
     v_done bigint[];
     v_message lonnymq.message;
+    v_read_committed boolean;
 BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
         PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
@@ -1936,17 +1939,13 @@ BEGIN
     PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
     ORDER BY c.id;
+    -- Outside READ COMMITTED every one: an older snapshot may show an old
+    -- policy, and the lock refuses a stale row (40001, see _check_channel_current).
+    v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-      AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+      AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
     ORDER BY c.id FOR NO KEY UPDATE;
-    -- An older snapshot may show an old policy: refuse a stale one (40001),
-    -- in the mode _check_channel_current uses.
-    IF NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c
-        WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-        ORDER BY c.id FOR NO KEY UPDATE;
-    END IF;
 
     -- Statuses as sequential completes would give them: an id repeated in the
     -- batch is completed by its first element whose attempt is current;

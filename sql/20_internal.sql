@@ -348,6 +348,20 @@ $$;
 COMMENT ON FUNCTION lonnymq._check_channel_current(bigint)
     IS 'Serialization failure (40001) when a snapshot-old channel row changed since.';
 
+-- Whether a producer may leave out the hint behind a channel's head (see
+-- _channel_raise_head): only at READ COMMITTED, and only with the channel's
+-- head lock held shared until commit, tried (a head being raised right now
+-- means: write the hint).
+CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN lonnymq._read_committed()
+           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
+
 -- Refuses a call that counts a channel's messages exactly (channel_set,
 -- channel_delete) outside READ COMMITTED: an older snapshot misses messages
 -- committed since, which no lock can bring back.

@@ -177,14 +177,9 @@ BEGIN
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
-        -- Held: the head cannot rise until this commits, so no hint is
-        -- needed behind it. Busy (a head being raised), or a snapshot older
-        -- than this statement (which may miss a raise): hint regardless.
-        v_head_held := pg_catalog.current_setting('transaction_isolation') = 'read committed';
-        IF v_head_held THEN
-            v_head_held := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_lock_key);
-        ELSE
-            PERFORM lonnymq._check_channel_current(v_channel_id);
+        v_head_held := lonnymq._hold_head_lock(v_lock_key);
+        IF NOT v_head_held THEN
+            PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
         END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
@@ -262,7 +257,6 @@ DECLARE
     v_name text;
     v_bad timestamptz;
     v_channel lonnymq.channel;
-    v_read_committed boolean;
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     i integer;
 BEGIN
@@ -338,13 +332,9 @@ BEGIN
     END IF;
     -- Take every channel (creating new ones) in name order first: two batches
     -- that create the same new channels then cannot wait on each other in a cycle.
-    -- With each channel's head lock held (see message_create), its head
-    -- cannot rise until this commits: no hint is needed behind it.
-    v_read_committed := lonnymq._read_committed();
     FOREACH v_name IN ARRAY v_names LOOP
         v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
-        IF v_read_committed
-           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), v_channel.lock_key) THEN
+        IF lonnymq._hold_head_lock(v_channel.lock_key) THEN
             v_head_held := v_head_held || v_channel.id;
         END IF;
     END LOOP;

@@ -39,6 +39,7 @@ AS $$
 DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
+    v_channel_id bigint;
     v_lock_key integer;
     v_message lonnymq.message;
 BEGIN
@@ -46,9 +47,9 @@ BEGIN
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    SELECT m.locked_until_ms, m.num_attempts,
+    SELECT m.locked_until_ms, m.num_attempts, m.channel_id,
            (SELECT c.lock_key FROM lonnymq.channel c WHERE c.id = m.channel_id)
-    INTO v_locked_until_ms, v_attempts, v_lock_key
+    INTO v_locked_until_ms, v_attempts, v_channel_id, v_lock_key
     FROM lonnymq.message m
     WHERE m.id = message_complete.id
     FOR UPDATE;
@@ -59,10 +60,7 @@ BEGIN
     END IF;
     IF v_lock_key IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            PERFORM lonnymq._check_channel_current((SELECT m.channel_id FROM lonnymq.message m
-                                                    WHERE m.id = message_complete.id));
-        END IF;
+        PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
     END IF;
     -- The policy is read after the lock, so a channel_set that committed
     -- meanwhile is seen.
@@ -96,6 +94,7 @@ DECLARE
     v_statuses text[];
     v_done bigint[];
     v_message lonnymq.message;
+    v_read_committed boolean;
 BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
         PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
@@ -122,17 +121,13 @@ BEGIN
     PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
     ORDER BY c.id;
+    -- Outside READ COMMITTED every one: an older snapshot may show an old
+    -- policy, and the lock refuses a stale row (40001, see _check_channel_current).
+    v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-      AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+      AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
     ORDER BY c.id FOR NO KEY UPDATE;
-    -- An older snapshot may show an old policy: refuse a stale one (40001),
-    -- in the mode _check_channel_current uses.
-    IF NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c
-        WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-        ORDER BY c.id FOR NO KEY UPDATE;
-    END IF;
 
     -- Statuses as sequential completes would give them: an id repeated in the
     -- batch is completed by its first element whose attempt is current;
