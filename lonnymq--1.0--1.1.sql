@@ -15,14 +15,20 @@ ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms
 ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
 ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
 DROP FUNCTION lonnymq._notify(text, text, text);
+
+-- Channels are coordinated through their rows, which no outside role can
+-- lock, instead of advisory locks any role can take (see _pin_channel).
+DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
+DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
+DROP FUNCTION lonnymq._lock_class();
 -- ===========================================================================
 -- Advisory lock keys of channels. Defined before the tables: the channel
 -- table keeps its key in a generated column (see 10_tables.sql).
 -- ===========================================================================
 
--- The advisory-lock key of a channel. Producers hold it shared until commit;
--- whoever deletes a channel or changes its capacity takes it exclusively, so
--- no uncommitted message can be stranded by either.
+-- The advisory-lock key of a channel, for its head lock (see
+-- _channel_raise_head). Channels are otherwise coordinated through their rows
+-- (see _pin_channel), which no outside role can lock.
 CREATE OR REPLACE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -32,18 +38,10 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock key of a channel.';
 
--- The first advisory-lock key word: every lonnymq lock lives in this class.
-CREATE OR REPLACE FUNCTION lonnymq._lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN 1819176557;  -- the bytes of 'lonm'
-END
-$$;
-COMMENT ON FUNCTION lonnymq._lock_class() IS 'Advisory lock class of lonnymq.';
-
--- A second advisory lock class, keyed like the first: "the head of this
--- channel may rise". Everyone only ever tries it, so nobody waits on it.
+-- The advisory lock class of channel head locks: "the head of this channel
+-- may rise". Everyone only ever tries it, so nobody waits on it: a role
+-- outside lonnymq that takes one (any role may take advisory locks) can only
+-- make producers write hints and heads rise later, never block anyone.
 -- Producers that skip a hint hold it shared until commit; a dequeuer that
 -- raises a head holds it exclusively (see _channel_raise_head).
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_class() RETURNS integer
@@ -281,11 +279,8 @@ BEGIN
     LOOP
         CONTINUE WHEN v_channel_id = ANY (v_seen);
         v_seen := v_seen || v_channel_id;
-        -- Lock order: the channel's advisory lock (shared), then its row.
         SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
         WHERE c.id = v_channel_id
-          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                          c.lock_key)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             -- The head only has to be a lower bound of the earliest unlocked
@@ -351,26 +346,6 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
--- Takes a channel's advisory lock in shared mode until commit: waiting (for
--- producers and settlers) or trying (for dequeue, which never waits). Held by
--- everyone who changes a channel's messages; channel_set, channel_delete and
--- the sweep take it exclusively, so a policy change or a deletion never
--- interleaves with a half-done create, claim or settle.
-CREATE OR REPLACE FUNCTION lonnymq._channel_share(p_queue_id integer, p_channel text, p_wait boolean) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_wait THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(),
-            lonnymq._channel_lock_key(p_queue_id, p_channel));
-        RETURN true;
-    END IF;
-    RETURN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(p_queue_id, p_channel));
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
-
 -- Whether this transaction reads with a snapshot per statement (READ
 -- COMMITTED). Only then does a statement run after a lock see every change
 -- committed before it, which the channel locks rely on. At REPEATABLE READ and
@@ -384,25 +359,37 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
 
--- At REPEATABLE READ and SERIALIZABLE, a channel row read from the snapshot
--- may have been deleted (sweep, channel_delete) or changed (channel_set, a
--- dequeue turn) since; acting on it could strand a message or miscount a
--- slot. Locking the row makes PostgreSQL refuse a stale one with a
--- serialization failure (40001), the usual answer at those levels: retry the
--- transaction. The mode is the one settles of counted channels take anyway,
--- so no transaction ever upgrades its lock (two upgrading ones deadlock). At
--- READ COMMITTED nothing is needed (see _read_committed).
-CREATE OR REPLACE FUNCTION lonnymq._check_channel_current(p_channel_id bigint) RETURNS void
+-- Pins a channel until commit and returns it as it is now: its row locked
+-- FOR KEY SHARE, which every producer and settler of the channel takes
+-- (waiting) and which only channel_set, channel_delete and the sweep conflict
+-- with (FOR UPDATE, DELETE). So no policy change or deletion interleaves with
+-- a half-done create or settle, while dequeuers (FOR NO KEY UPDATE) and other
+-- pinners go on. Row locks need UPDATE on lonnymq.channel, which only the
+-- extension's functions have: no outside role can take this lock (an advisory
+-- lock, which any role may take, could be held to freeze a channel).
+-- At READ COMMITTED the row returned is the latest version (PostgreSQL
+-- re-reads a row it had to wait for). At REPEATABLE READ and SERIALIZABLE the
+-- snapshot's version may be stale (deleted by a sweep, changed by channel_set
+-- or a dequeue turn) and acting on it could strand a message or miscount a
+-- slot: there the lock is FOR NO KEY UPDATE, which refuses a row changed since
+-- the snapshot with a serialization failure (40001): retry the transaction.
+-- NULL when the channel does not exist (any more).
+CREATE OR REPLACE FUNCTION lonnymq._pin_channel(p_channel_id bigint) RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_channel lonnymq.channel;
 BEGIN
-    IF NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
+    IF lonnymq._read_committed() THEN
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel_id FOR KEY SHARE;
+    ELSE
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
     END IF;
+    RETURN v_channel;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._check_channel_current(bigint)
-    IS 'Serialization failure (40001) when a snapshot-old channel row changed since.';
+COMMENT ON FUNCTION lonnymq._pin_channel(bigint)
+    IS 'Locks a channel against policy changes and deletion until commit; returns it as it is now.';
 
 -- Whether a producer may leave out the hint behind a channel's head (see
 -- _channel_raise_head): only at READ COMMITTED, and only with the channel's
@@ -435,28 +422,9 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
 
--- The channel of a message being settled, read under the channel's shared
--- advisory lock (taken here, held until commit), so its policy cannot change
--- before the settle commits. The caller holds the message row lock.
-CREATE OR REPLACE FUNCTION lonnymq._channel_of_settle(p_message lonnymq.message) RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_channel lonnymq.channel;
-BEGIN
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
-    PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
-    -- Read again under the lock: a policy change that committed meanwhile shows.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
-    PERFORM lonnymq._check_channel_current(p_message.channel_id);
-    RETURN v_channel;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_of_settle(lonnymq.message) IS 'Channel of a settle, under its shared lock.';
-
 -- Removes a locked message and, for an accounted channel, gives its slot
 -- back (complete, fail, dead-letter). The caller holds the message row lock;
--- this takes the channel's shared advisory lock and, if accounted, its row:
+-- this pins the channel and, if accounted, locks its row for the update:
 -- always message first, then channel.
 CREATE OR REPLACE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -466,7 +434,7 @@ DECLARE
     v_accounted boolean := false;
 BEGIN
     IF p_message.channel_id IS NOT NULL THEN
-        v_channel := lonnymq._channel_of_settle(p_message);
+        v_channel := lonnymq._pin_channel(p_message.channel_id);
         v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                           v_channel.max_size);
         IF v_accounted THEN
@@ -501,9 +469,9 @@ COMMENT ON FUNCTION lonnymq._settle_locked(lonnymq.message, text, text)
 -- ===========================================================================
 
 -- Resolves (creating on first use) the channel a producer writes into, and
--- takes the channel's advisory lock in shared mode until commit. Shared
--- holders never wait for each other; only channel_set (capacity changes),
--- channel_delete and the sweep take it exclusively.
+-- pins it until commit (see _pin_channel): producers never wait for each
+-- other or for dequeuers; only channel_set (capacity changes),
+-- channel_delete and the sweep exclude them.
 CREATE OR REPLACE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
 RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -511,35 +479,32 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
-    PERFORM lonnymq._channel_share(p_queue_id, p_channel, true);
-    -- Read after the lock: a fresh snapshot sees any sweep that just committed.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c
-    WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-    IF v_channel.id IS NOT NULL THEN
-        PERFORM lonnymq._check_channel_current(v_channel.id);
-    ELSE
-        -- Creation pays for removal: idle channels cannot pile up. Swept
-        -- before the insert, so the new (still empty) channel is not a
-        -- candidate. A batch sweeps once before taking any of its channels
-        -- (p_sweep false): a later sweep could remove one it took but has not
-        -- written to yet.
-        IF p_sweep THEN
-            PERFORM lonnymq.channel_sweep(2);
-        END IF;
+    -- Creation pays for removal: idle channels cannot pile up. Swept before
+    -- the insert, so the new (still empty) channel is not a candidate. A
+    -- batch sweeps once before taking any of its channels (p_sweep false): a
+    -- later sweep could remove one it took but has not written to yet.
+    IF p_sweep AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                               WHERE c.queue_id = p_queue_id AND c.name = p_channel) THEN
+        PERFORM lonnymq.channel_sweep(2);
+    END IF;
+    LOOP
+        -- (A channel deleted while the pin waited comes back NULL.)
+        v_channel := lonnymq._pin_channel(
+            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
+        EXIT WHEN v_channel.id IS NOT NULL;
+        -- A row this transaction inserts is its own until commit. One that a
+        -- concurrent creator committed first is pinned on the next pass.
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
         RETURNING * INTO v_channel;
-        IF v_channel.id IS NULL THEN
-            SELECT c.* INTO v_channel FROM lonnymq.channel c
-            WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-        END IF;
-    END IF;
+        EXIT WHEN v_channel.id IS NOT NULL;
+    END LOOP;
     RETURN v_channel;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text, boolean)
-    IS 'Channel of a producer, created on first use, with its shared advisory lock.';
+    IS 'Channel of a producer, created on first use, pinned until commit.';
 
 -- Sets a channel's policy, creating the channel if needed. An explicit
 -- channel is never swept; channel_delete removes it.
@@ -579,19 +544,17 @@ BEGIN
 
     PERFORM lonnymq._require_read_committed('channel_set');
     v_queue_id := lonnymq._queue_id(channel_set.queue, true);
-    -- Exclusive: waits for producers in flight, so a capacity count taken
-    -- below includes every message that will ever commit before it.
-    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(v_queue_id, channel_set.channel));
     INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
     VALUES (v_queue_id, channel_set.channel, lonnymq._now_ms())
     ON CONFLICT (queue_id, name) DO NOTHING;
+    -- FOR UPDATE waits for every producer and settler in flight (they pin the
+    -- row) and for a dequeuer holding it, and keeps new ones out until commit.
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
-    FOR NO KEY UPDATE;
+    FOR UPDATE;
 
-    -- No producer, dequeuer or settler of this channel is in flight now (they
-    -- hold the advisory lock shared), so counts taken here are exact.
+    -- No producer, dequeuer or settler of this channel is in flight now, so
+    -- counts taken here are exact.
     IF lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size)
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
         -- Accounting starts: count the messages already in flight.
@@ -646,8 +609,7 @@ BEGIN
     IF v_queue_id IS NULL THEN
         RETURN 'not_found';
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(v_queue_id, channel_delete.channel));
+    -- Waits for the channel's producers and settlers in flight (see _pin_channel).
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = v_queue_id AND c.name = channel_delete.channel
     FOR UPDATE;
@@ -696,11 +658,9 @@ BEGIN
           AND c.last_turn_ms <= v_idle_before_ms
         ORDER BY c.last_turn_ms
         LIMIT channel_sweep.max_channels
+        -- (a channel pinned by a producer in flight is skipped: left be)
         FOR UPDATE SKIP LOCKED
     LOOP
-        -- A producer in flight holds the shared lock: leave that channel be.
-        CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._lock_class(),
-            lonnymq._channel_lock_key(v_candidate.queue_id, v_candidate.name));
         -- Committed messages whose hint is not due yet keep it alive; with the
         -- row lock held, record its head now so it stops being a candidate.
         IF EXISTS (SELECT 1 FROM lonnymq.message m
@@ -772,8 +732,8 @@ COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message hold
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
--- Locks taken: the channel's advisory lock (shared) and, for channels with a
--- max_size, their admission row; never the channel row itself.
+-- Locks taken: the channel pinned (_pin_channel) and, for channels with a
+-- max_size, their admission row; never the channel row for update.
 CREATE OR REPLACE FUNCTION lonnymq._create_one(
     p_queue_id integer, p_queue text, p_channel text, p_content bytea, p_dequeue_ms bigint,
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
@@ -841,8 +801,8 @@ COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, inte
 -- Ready at coalesce(dequeue_at, now) + delay_ms; priority > 0 means "run now,
 -- ahead of the channel's ordinary messages".
 -- The common case (the queue and channel exist, no capacity, no duplicate)
--- is three statements: look the channel up, take its shared advisory lock,
--- insert the message and its hint. Everything else goes through _create_one.
+-- is two statements: look the channel up and pin it, insert the message and
+-- (rarely) its hint. Everything else goes through _create_one.
 CREATE OR REPLACE FUNCTION lonnymq.message_create(
     queue text,
     channel text,
@@ -862,6 +822,8 @@ DECLARE
     v_dequeue_ms bigint;
     v_queue_id integer;
     v_channel_id bigint;
+    v_head_ms bigint;
+    v_max_size bigint;
     v_lock_key integer;
     v_head_held boolean;
 BEGIN
@@ -890,33 +852,35 @@ BEGIN
                      lonnymq._now_ms()) + message_create.delay_ms);
     END IF;
 
-    SELECT q.id, c.id, c.lock_key INTO v_queue_id, v_channel_id, v_lock_key
+    -- The queue and the channel, pinned (see _pin_channel; in the same
+    -- statement, as a plain row lock, at READ COMMITTED): the row comes back
+    -- as it is now, and neither its capacity nor its existence can change
+    -- until this commits. A channel deleted or capped meanwhile goes the long
+    -- way below.
+    SELECT q.id, c.id, c.head_ms, c.max_size, c.lock_key
+    INTO v_queue_id, v_channel_id, v_head_ms, v_max_size, v_lock_key
     FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.lock_key FROM lonnymq.channel c
+    LEFT JOIN LATERAL (SELECT c.id, c.head_ms, c.max_size, c.lock_key FROM lonnymq.channel c
                        WHERE c.queue_id = q.id AND c.name = message_create.channel
-                       LIMIT 1) c ON true
+                       LIMIT 1 FOR KEY SHARE) c ON true
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
         v_head_held := lonnymq._hold_head_lock(v_lock_key);
         IF NOT v_head_held THEN
-            PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
+            -- (Outside READ COMMITTED the pin must also refuse a stale row.)
+            SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
+            FROM lonnymq._pin_channel(v_channel_id) c;
         END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
-        -- A fresh snapshot, taken after the lock: a channel that a sweep or
-        -- channel_delete removed meanwhile is not found, and neither is one
-        -- that channel_set capped; both go the long way below.
-        WITH target AS (
-            SELECT c.id, c.head_ms FROM lonnymq.channel c WHERE c.id = v_channel_id AND c.max_size IS NULL
-            UNION ALL
-            SELECT NULL, NULL WHERE v_channel_id IS NULL
-        ), created AS (
+        WITH created AS (
+            -- (A capped channel inserts nothing here: it only learns whether
+            -- a live duplicate answers, before the admission count.)
             INSERT INTO lonnymq.message AS m
                 (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
-            SELECT v_queue_id, t.id, message_create.content, message_create.state, v_dequeue_ms,
+            SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
-            FROM target t
+            WHERE v_max_size IS NULL
             ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
         ), hinted AS (
@@ -924,8 +888,8 @@ BEGIN
             -- head, a lower bound that cannot rise while this producer holds
             -- the head lock (see _channel_raise_head): in a backlog, none.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k JOIN target t ON t.id = k.channel_id
-            WHERE NOT v_head_held OR t.head_ms IS NULL OR v_dequeue_ms < t.head_ms
+            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k
+            WHERE k.channel_id IS NOT NULL AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
         )
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN
@@ -1164,7 +1128,7 @@ COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at show
 
 -- Moves an unlocked message that is out of attempts to the archive as dead
 -- (a deferred message whose next delivery would exceed max_attempts). The
--- caller holds the message row lock and the channel's shared advisory lock;
+-- caller holds the message row lock and the channel row (locked or pinned);
 -- p_holds_channel says whether it also holds the channel row, which a
 -- capacity count needs.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_deferred(p_message lonnymq.message, p_max_attempts integer,
@@ -1218,15 +1182,16 @@ CREATE OR REPLACE FUNCTION lonnymq._dead_letter_expired(p_message lonnymq.messag
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), p_channel.lock_key) THEN
-        RETURN false;
+    -- The channel pinned, without waiting (see _pin_channel), or for update
+    -- where the settle will update or re-check it: counted channels, and
+    -- every channel outside READ COMMITTED.
+    IF lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+       OR NOT lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel.id FOR NO KEY UPDATE SKIP LOCKED;
+    ELSE
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel.id FOR KEY SHARE SKIP LOCKED;
     END IF;
-    -- The row too, without waiting, where the settle will lock it: counted
-    -- channels, and every channel outside READ COMMITTED (_check_channel_current).
-    IF (lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
-        OR NOT lonnymq._read_committed())
-       AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = p_channel.id
-                       FOR NO KEY UPDATE SKIP LOCKED) THEN
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM lonnymq._settle_locked(p_message, 'dead',
@@ -1341,14 +1306,11 @@ DECLARE
     v_message lonnymq.message;
     v_counted integer;
 BEGIN
-    -- Lock order: the channel's advisory lock (shared, tried in the WHERE
-    -- clause, which runs before the row lock), then its row.
     SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
     FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
           WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
             AND (p_only IS NULL OR c.id = ANY (p_only))
             AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-            AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR NO KEY UPDATE SKIP LOCKED) r;
@@ -1468,21 +1430,21 @@ BEGIN
     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
       AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
       AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
-      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
     ORDER BY c.ready_ms, c.turn_seq, c.id
-    LIMIT 1;
+    LIMIT 1
+    FOR KEY SHARE SKIP LOCKED;  -- pinned, without waiting: see _pin_channel
     IF v_channel.id IS NULL AND p_channelless_ms IS NULL THEN
         SELECT c.* INTO v_channel FROM lonnymq.channel c
         WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
           AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
-          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
         ORDER BY c.last_turn_ms, c.turn_seq, c.id
-        LIMIT 1;
+        LIMIT 1
+        FOR KEY SHARE SKIP LOCKED;
     END IF;
     IF v_channel.id IS NULL THEN
         RETURN;
     END IF;
-    -- Checked again now that its advisory lock is held: its holder may have gone.
+    -- Checked again now that it is pinned: its holder may have gone.
     RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, p_tried,
                                                       ARRAY[v_channel.id]);
     IF FOUND THEN
@@ -1687,10 +1649,9 @@ $$;
 COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
--- The common case is three statements: lock the message (reading its
--- channel's lock key), take the channel's shared advisory lock, delete the
--- message unless its channel keeps counters or archives completed messages;
--- those channels take _settle_locked.
+-- The common case is three statements: lock the message, pin its channel
+-- (_pin_channel), delete the message unless its channel keeps counters or
+-- archives completed messages; those channels take _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1698,16 +1659,14 @@ DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
     v_channel_id bigint;
-    v_lock_key integer;
     v_message lonnymq.message;
 BEGIN
     IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    SELECT m.locked_until_ms, m.num_attempts, m.channel_id,
-           (SELECT c.lock_key FROM lonnymq.channel c WHERE c.id = m.channel_id)
-    INTO v_locked_until_ms, v_attempts, v_channel_id, v_lock_key
+    SELECT m.locked_until_ms, m.num_attempts, m.channel_id
+    INTO v_locked_until_ms, v_attempts, v_channel_id
     FROM lonnymq.message m
     WHERE m.id = message_complete.id
     FOR UPDATE;
@@ -1716,11 +1675,10 @@ BEGIN
     ELSIF v_locked_until_ms IS NULL OR v_attempts <> message_complete.num_attempts THEN
         RETURN 'state_invalid';  -- not delivered, or redelivered since: a stale attempt
     END IF;
-    IF v_lock_key IS NOT NULL THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
-        PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
+    IF v_channel_id IS NOT NULL THEN
+        PERFORM lonnymq._pin_channel(v_channel_id);
     END IF;
-    -- The policy is read after the lock, so a channel_set that committed
+    -- The policy is read after the pin, so a channel_set that committed
     -- meanwhile is seen.
     DELETE FROM lonnymq.message m
     WHERE m.id = message_complete.id
@@ -1773,14 +1731,15 @@ BEGIN
 
     PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
     ORDER BY m.id FOR UPDATE;
-    -- Then the channels whose rows the settles will update (accounted ones),
-    -- each after its advisory lock, in id order. From here on no policy and
-    -- no delivery of these messages can change under this call.
-    PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
+    -- Then their channels, pinned (see _pin_channel) in id order. From here
+    -- on no policy and no delivery of these messages can change under this
+    -- call.
+    PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-    ORDER BY c.id;
-    -- Outside READ COMMITTED every one: an older snapshot may show an old
-    -- policy, and the lock refuses a stale row (40001, see _check_channel_current).
+    ORDER BY c.id FOR KEY SHARE;
+    -- Those whose rows the settles will update (accounted ones), and outside
+    -- READ COMMITTED every one: an older snapshot may show an old policy, and
+    -- this lock refuses a stale row (40001, see _pin_channel).
     v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
@@ -1870,7 +1829,7 @@ BEGIN
         state = coalesce(message_defer.state, m.state)
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
-        v_channel := lonnymq._channel_of_settle(v_lock.p_message);
+        v_channel := lonnymq._pin_channel((v_lock.p_message).channel_id);
         IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
             -- The slot must be returned under the row lock anyway, so move
             -- the head here too: no hint needed.
@@ -1962,7 +1921,7 @@ BEGIN
     -- The channel head may now be early; dequeue corrects an early head when
     -- it meets it. Only a capacity count needs the channel row.
     IF v_message.channel_id IS NOT NULL THEN
-        v_channel := lonnymq._channel_of_settle(v_message);
+        v_channel := lonnymq._pin_channel(v_message.channel_id);
         IF v_channel.max_size IS NOT NULL THEN
             UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1 WHERE c.id = v_channel.id;
         END IF;

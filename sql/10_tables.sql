@@ -49,9 +49,7 @@ CREATE TABLE lonnymq.channel (
     -- when the channel may next be served; NULL when empty or saturated.
     -- greatest(head_ms, last_turn_ms + release_interval_ms): see _ready_ms().
     ready_ms bigint,
-    -- the channel's advisory lock key, computed once: dequeue tries the lock
-    -- of every candidate row it walks, and a function call per row costs more
-    -- than the walk.
+    -- the key of the channel's head lock (an advisory lock), computed once.
     lock_key integer NOT NULL GENERATED ALWAYS AS (lonnymq._channel_lock_key(queue_id, name)) STORED,
     UNIQUE (queue_id, name)
 ) WITH (fillfactor = 70);

@@ -225,11 +225,8 @@ BEGIN
     LOOP
         CONTINUE WHEN v_channel_id = ANY (v_seen);
         v_seen := v_seen || v_channel_id;
-        -- Lock order: the channel's advisory lock (shared), then its row.
         SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
         WHERE c.id = v_channel_id
-          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-                                                          c.lock_key)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             -- The head only has to be a lower bound of the earliest unlocked
@@ -295,26 +292,6 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
--- Takes a channel's advisory lock in shared mode until commit: waiting (for
--- producers and settlers) or trying (for dequeue, which never waits). Held by
--- everyone who changes a channel's messages; channel_set, channel_delete and
--- the sweep take it exclusively, so a policy change or a deletion never
--- interleaves with a half-done create, claim or settle.
-CREATE OR REPLACE FUNCTION lonnymq._channel_share(p_queue_id integer, p_channel text, p_wait boolean) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_wait THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(),
-            lonnymq._channel_lock_key(p_queue_id, p_channel));
-        RETURN true;
-    END IF;
-    RETURN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(p_queue_id, p_channel));
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
-
 -- Whether this transaction reads with a snapshot per statement (READ
 -- COMMITTED). Only then does a statement run after a lock see every change
 -- committed before it, which the channel locks rely on. At REPEATABLE READ and
@@ -328,25 +305,37 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
 
--- At REPEATABLE READ and SERIALIZABLE, a channel row read from the snapshot
--- may have been deleted (sweep, channel_delete) or changed (channel_set, a
--- dequeue turn) since; acting on it could strand a message or miscount a
--- slot. Locking the row makes PostgreSQL refuse a stale one with a
--- serialization failure (40001), the usual answer at those levels: retry the
--- transaction. The mode is the one settles of counted channels take anyway,
--- so no transaction ever upgrades its lock (two upgrading ones deadlock). At
--- READ COMMITTED nothing is needed (see _read_committed).
-CREATE OR REPLACE FUNCTION lonnymq._check_channel_current(p_channel_id bigint) RETURNS void
+-- Pins a channel until commit and returns it as it is now: its row locked
+-- FOR KEY SHARE, which every producer and settler of the channel takes
+-- (waiting) and which only channel_set, channel_delete and the sweep conflict
+-- with (FOR UPDATE, DELETE). So no policy change or deletion interleaves with
+-- a half-done create or settle, while dequeuers (FOR NO KEY UPDATE) and other
+-- pinners go on. Row locks need UPDATE on lonnymq.channel, which only the
+-- extension's functions have: no outside role can take this lock (an advisory
+-- lock, which any role may take, could be held to freeze a channel).
+-- At READ COMMITTED the row returned is the latest version (PostgreSQL
+-- re-reads a row it had to wait for). At REPEATABLE READ and SERIALIZABLE the
+-- snapshot's version may be stale (deleted by a sweep, changed by channel_set
+-- or a dequeue turn) and acting on it could strand a message or miscount a
+-- slot: there the lock is FOR NO KEY UPDATE, which refuses a row changed since
+-- the snapshot with a serialization failure (40001): retry the transaction.
+-- NULL when the channel does not exist (any more).
+CREATE OR REPLACE FUNCTION lonnymq._pin_channel(p_channel_id bigint) RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_channel lonnymq.channel;
 BEGIN
-    IF NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
+    IF lonnymq._read_committed() THEN
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel_id FOR KEY SHARE;
+    ELSE
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
     END IF;
+    RETURN v_channel;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._check_channel_current(bigint)
-    IS 'Serialization failure (40001) when a snapshot-old channel row changed since.';
+COMMENT ON FUNCTION lonnymq._pin_channel(bigint)
+    IS 'Locks a channel against policy changes and deletion until commit; returns it as it is now.';
 
 -- Whether a producer may leave out the hint behind a channel's head (see
 -- _channel_raise_head): only at READ COMMITTED, and only with the channel's
@@ -379,28 +368,9 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
 
--- The channel of a message being settled, read under the channel's shared
--- advisory lock (taken here, held until commit), so its policy cannot change
--- before the settle commits. The caller holds the message row lock.
-CREATE OR REPLACE FUNCTION lonnymq._channel_of_settle(p_message lonnymq.message) RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_channel lonnymq.channel;
-BEGIN
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
-    PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
-    -- Read again under the lock: a policy change that committed meanwhile shows.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
-    PERFORM lonnymq._check_channel_current(p_message.channel_id);
-    RETURN v_channel;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_of_settle(lonnymq.message) IS 'Channel of a settle, under its shared lock.';
-
 -- Removes a locked message and, for an accounted channel, gives its slot
 -- back (complete, fail, dead-letter). The caller holds the message row lock;
--- this takes the channel's shared advisory lock and, if accounted, its row:
+-- this pins the channel and, if accounted, locks its row for the update:
 -- always message first, then channel.
 CREATE OR REPLACE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -410,7 +380,7 @@ DECLARE
     v_accounted boolean := false;
 BEGIN
     IF p_message.channel_id IS NOT NULL THEN
-        v_channel := lonnymq._channel_of_settle(p_message);
+        v_channel := lonnymq._pin_channel(p_message.channel_id);
         v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                           v_channel.max_size);
         IF v_accounted THEN

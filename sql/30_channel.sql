@@ -3,9 +3,9 @@
 -- ===========================================================================
 
 -- Resolves (creating on first use) the channel a producer writes into, and
--- takes the channel's advisory lock in shared mode until commit. Shared
--- holders never wait for each other; only channel_set (capacity changes),
--- channel_delete and the sweep take it exclusively.
+-- pins it until commit (see _pin_channel): producers never wait for each
+-- other or for dequeuers; only channel_set (capacity changes),
+-- channel_delete and the sweep exclude them.
 CREATE OR REPLACE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
 RETURNS lonnymq.channel
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -13,35 +13,32 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
-    PERFORM lonnymq._channel_share(p_queue_id, p_channel, true);
-    -- Read after the lock: a fresh snapshot sees any sweep that just committed.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c
-    WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-    IF v_channel.id IS NOT NULL THEN
-        PERFORM lonnymq._check_channel_current(v_channel.id);
-    ELSE
-        -- Creation pays for removal: idle channels cannot pile up. Swept
-        -- before the insert, so the new (still empty) channel is not a
-        -- candidate. A batch sweeps once before taking any of its channels
-        -- (p_sweep false): a later sweep could remove one it took but has not
-        -- written to yet.
-        IF p_sweep THEN
-            PERFORM lonnymq.channel_sweep(2);
-        END IF;
+    -- Creation pays for removal: idle channels cannot pile up. Swept before
+    -- the insert, so the new (still empty) channel is not a candidate. A
+    -- batch sweeps once before taking any of its channels (p_sweep false): a
+    -- later sweep could remove one it took but has not written to yet.
+    IF p_sweep AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                               WHERE c.queue_id = p_queue_id AND c.name = p_channel) THEN
+        PERFORM lonnymq.channel_sweep(2);
+    END IF;
+    LOOP
+        -- (A channel deleted while the pin waited comes back NULL.)
+        v_channel := lonnymq._pin_channel(
+            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
+        EXIT WHEN v_channel.id IS NOT NULL;
+        -- A row this transaction inserts is its own until commit. One that a
+        -- concurrent creator committed first is pinned on the next pass.
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
         RETURNING * INTO v_channel;
-        IF v_channel.id IS NULL THEN
-            SELECT c.* INTO v_channel FROM lonnymq.channel c
-            WHERE c.queue_id = p_queue_id AND c.name = p_channel;
-        END IF;
-    END IF;
+        EXIT WHEN v_channel.id IS NOT NULL;
+    END LOOP;
     RETURN v_channel;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text, boolean)
-    IS 'Channel of a producer, created on first use, with its shared advisory lock.';
+    IS 'Channel of a producer, created on first use, pinned until commit.';
 
 -- Sets a channel's policy, creating the channel if needed. An explicit
 -- channel is never swept; channel_delete removes it.
@@ -81,19 +78,17 @@ BEGIN
 
     PERFORM lonnymq._require_read_committed('channel_set');
     v_queue_id := lonnymq._queue_id(channel_set.queue, true);
-    -- Exclusive: waits for producers in flight, so a capacity count taken
-    -- below includes every message that will ever commit before it.
-    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(v_queue_id, channel_set.channel));
     INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
     VALUES (v_queue_id, channel_set.channel, lonnymq._now_ms())
     ON CONFLICT (queue_id, name) DO NOTHING;
+    -- FOR UPDATE waits for every producer and settler in flight (they pin the
+    -- row) and for a dequeuer holding it, and keeps new ones out until commit.
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
-    FOR NO KEY UPDATE;
+    FOR UPDATE;
 
-    -- No producer, dequeuer or settler of this channel is in flight now (they
-    -- hold the advisory lock shared), so counts taken here are exact.
+    -- No producer, dequeuer or settler of this channel is in flight now, so
+    -- counts taken here are exact.
     IF lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size)
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
         -- Accounting starts: count the messages already in flight.
@@ -148,8 +143,7 @@ BEGIN
     IF v_queue_id IS NULL THEN
         RETURN 'not_found';
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
-        lonnymq._channel_lock_key(v_queue_id, channel_delete.channel));
+    -- Waits for the channel's producers and settlers in flight (see _pin_channel).
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = v_queue_id AND c.name = channel_delete.channel
     FOR UPDATE;
@@ -198,11 +192,9 @@ BEGIN
           AND c.last_turn_ms <= v_idle_before_ms
         ORDER BY c.last_turn_ms
         LIMIT channel_sweep.max_channels
+        -- (a channel pinned by a producer in flight is skipped: left be)
         FOR UPDATE SKIP LOCKED
     LOOP
-        -- A producer in flight holds the shared lock: leave that channel be.
-        CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._lock_class(),
-            lonnymq._channel_lock_key(v_candidate.queue_id, v_candidate.name));
         -- Committed messages whose hint is not due yet keep it alive; with the
         -- row lock held, record its head now so it stops being a candidate.
         IF EXISTS (SELECT 1 FROM lonnymq.message m

@@ -51,8 +51,8 @@ COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message hold
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
--- Locks taken: the channel's advisory lock (shared) and, for channels with a
--- max_size, their admission row; never the channel row itself.
+-- Locks taken: the channel pinned (_pin_channel) and, for channels with a
+-- max_size, their admission row; never the channel row for update.
 CREATE OR REPLACE FUNCTION lonnymq._create_one(
     p_queue_id integer, p_queue text, p_channel text, p_content bytea, p_dequeue_ms bigint,
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
@@ -120,8 +120,8 @@ COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, inte
 -- Ready at coalesce(dequeue_at, now) + delay_ms; priority > 0 means "run now,
 -- ahead of the channel's ordinary messages".
 -- The common case (the queue and channel exist, no capacity, no duplicate)
--- is three statements: look the channel up, take its shared advisory lock,
--- insert the message and its hint. Everything else goes through _create_one.
+-- is two statements: look the channel up and pin it, insert the message and
+-- (rarely) its hint. Everything else goes through _create_one.
 CREATE OR REPLACE FUNCTION lonnymq.message_create(
     queue text,
     channel text,
@@ -141,6 +141,8 @@ DECLARE
     v_dequeue_ms bigint;
     v_queue_id integer;
     v_channel_id bigint;
+    v_head_ms bigint;
+    v_max_size bigint;
     v_lock_key integer;
     v_head_held boolean;
 BEGIN
@@ -169,33 +171,35 @@ BEGIN
                      lonnymq._now_ms()) + message_create.delay_ms);
     END IF;
 
-    SELECT q.id, c.id, c.lock_key INTO v_queue_id, v_channel_id, v_lock_key
+    -- The queue and the channel, pinned (see _pin_channel; in the same
+    -- statement, as a plain row lock, at READ COMMITTED): the row comes back
+    -- as it is now, and neither its capacity nor its existence can change
+    -- until this commits. A channel deleted or capped meanwhile goes the long
+    -- way below.
+    SELECT q.id, c.id, c.head_ms, c.max_size, c.lock_key
+    INTO v_queue_id, v_channel_id, v_head_ms, v_max_size, v_lock_key
     FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.lock_key FROM lonnymq.channel c
+    LEFT JOIN LATERAL (SELECT c.id, c.head_ms, c.max_size, c.lock_key FROM lonnymq.channel c
                        WHERE c.queue_id = q.id AND c.name = message_create.channel
-                       LIMIT 1) c ON true
+                       LIMIT 1 FOR KEY SHARE) c ON true
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
         v_head_held := lonnymq._hold_head_lock(v_lock_key);
         IF NOT v_head_held THEN
-            PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
+            -- (Outside READ COMMITTED the pin must also refuse a stale row.)
+            SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
+            FROM lonnymq._pin_channel(v_channel_id) c;
         END IF;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
-        -- A fresh snapshot, taken after the lock: a channel that a sweep or
-        -- channel_delete removed meanwhile is not found, and neither is one
-        -- that channel_set capped; both go the long way below.
-        WITH target AS (
-            SELECT c.id, c.head_ms FROM lonnymq.channel c WHERE c.id = v_channel_id AND c.max_size IS NULL
-            UNION ALL
-            SELECT NULL, NULL WHERE v_channel_id IS NULL
-        ), created AS (
+        WITH created AS (
+            -- (A capped channel inserts nothing here: it only learns whether
+            -- a live duplicate answers, before the admission count.)
             INSERT INTO lonnymq.message AS m
                 (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
-            SELECT v_queue_id, t.id, message_create.content, message_create.state, v_dequeue_ms,
+            SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
-            FROM target t
+            WHERE v_max_size IS NULL
             ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
         ), hinted AS (
@@ -203,8 +207,8 @@ BEGIN
             -- head, a lower bound that cannot rise while this producer holds
             -- the head lock (see _channel_raise_head): in a backlog, none.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k JOIN target t ON t.id = k.channel_id
-            WHERE NOT v_head_held OR t.head_ms IS NULL OR v_dequeue_ms < t.head_ms
+            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k
+            WHERE k.channel_id IS NOT NULL AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
         )
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN

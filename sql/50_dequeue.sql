@@ -31,7 +31,7 @@ COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at show
 
 -- Moves an unlocked message that is out of attempts to the archive as dead
 -- (a deferred message whose next delivery would exceed max_attempts). The
--- caller holds the message row lock and the channel's shared advisory lock;
+-- caller holds the message row lock and the channel row (locked or pinned);
 -- p_holds_channel says whether it also holds the channel row, which a
 -- capacity count needs.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_deferred(p_message lonnymq.message, p_max_attempts integer,
@@ -85,15 +85,16 @@ CREATE OR REPLACE FUNCTION lonnymq._dead_letter_expired(p_message lonnymq.messag
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), p_channel.lock_key) THEN
-        RETURN false;
+    -- The channel pinned, without waiting (see _pin_channel), or for update
+    -- where the settle will update or re-check it: counted channels, and
+    -- every channel outside READ COMMITTED.
+    IF lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
+       OR NOT lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel.id FOR NO KEY UPDATE SKIP LOCKED;
+    ELSE
+        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel.id FOR KEY SHARE SKIP LOCKED;
     END IF;
-    -- The row too, without waiting, where the settle will lock it: counted
-    -- channels, and every channel outside READ COMMITTED (_check_channel_current).
-    IF (lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
-        OR NOT lonnymq._read_committed())
-       AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = p_channel.id
-                       FOR NO KEY UPDATE SKIP LOCKED) THEN
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM lonnymq._settle_locked(p_message, 'dead',
@@ -208,14 +209,11 @@ DECLARE
     v_message lonnymq.message;
     v_counted integer;
 BEGIN
-    -- Lock order: the channel's advisory lock (shared, tried in the WHERE
-    -- clause, which runs before the row lock), then its row.
     SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
     FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
           WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
             AND (p_only IS NULL OR c.id = ANY (p_only))
             AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-            AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR NO KEY UPDATE SKIP LOCKED) r;
@@ -335,21 +333,21 @@ BEGIN
     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
       AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
       AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
-      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
     ORDER BY c.ready_ms, c.turn_seq, c.id
-    LIMIT 1;
+    LIMIT 1
+    FOR KEY SHARE SKIP LOCKED;  -- pinned, without waiting: see _pin_channel
     IF v_channel.id IS NULL AND p_channelless_ms IS NULL THEN
         SELECT c.* INTO v_channel FROM lonnymq.channel c
         WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
           AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
-          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(), c.lock_key)
         ORDER BY c.last_turn_ms, c.turn_seq, c.id
-        LIMIT 1;
+        LIMIT 1
+        FOR KEY SHARE SKIP LOCKED;
     END IF;
     IF v_channel.id IS NULL THEN
         RETURN;
     END IF;
-    -- Checked again now that its advisory lock is held: its holder may have gone.
+    -- Checked again now that it is pinned: its holder may have gone.
     RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, p_tried,
                                                       ARRAY[v_channel.id]);
     IF FOUND THEN

@@ -29,10 +29,9 @@ $$;
 COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
--- The common case is three statements: lock the message (reading its
--- channel's lock key), take the channel's shared advisory lock, delete the
--- message unless its channel keeps counters or archives completed messages;
--- those channels take _settle_locked.
+-- The common case is three statements: lock the message, pin its channel
+-- (_pin_channel), delete the message unless its channel keeps counters or
+-- archives completed messages; those channels take _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -40,16 +39,14 @@ DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
     v_channel_id bigint;
-    v_lock_key integer;
     v_message lonnymq.message;
 BEGIN
     IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    SELECT m.locked_until_ms, m.num_attempts, m.channel_id,
-           (SELECT c.lock_key FROM lonnymq.channel c WHERE c.id = m.channel_id)
-    INTO v_locked_until_ms, v_attempts, v_channel_id, v_lock_key
+    SELECT m.locked_until_ms, m.num_attempts, m.channel_id
+    INTO v_locked_until_ms, v_attempts, v_channel_id
     FROM lonnymq.message m
     WHERE m.id = message_complete.id
     FOR UPDATE;
@@ -58,11 +55,10 @@ BEGIN
     ELSIF v_locked_until_ms IS NULL OR v_attempts <> message_complete.num_attempts THEN
         RETURN 'state_invalid';  -- not delivered, or redelivered since: a stale attempt
     END IF;
-    IF v_lock_key IS NOT NULL THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
-        PERFORM lonnymq._check_channel_current(v_channel_id);  -- (only outside READ COMMITTED)
+    IF v_channel_id IS NOT NULL THEN
+        PERFORM lonnymq._pin_channel(v_channel_id);
     END IF;
-    -- The policy is read after the lock, so a channel_set that committed
+    -- The policy is read after the pin, so a channel_set that committed
     -- meanwhile is seen.
     DELETE FROM lonnymq.message m
     WHERE m.id = message_complete.id
@@ -115,14 +111,15 @@ BEGIN
 
     PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
     ORDER BY m.id FOR UPDATE;
-    -- Then the channels whose rows the settles will update (accounted ones),
-    -- each after its advisory lock, in id order. From here on no policy and
-    -- no delivery of these messages can change under this call.
-    PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
+    -- Then their channels, pinned (see _pin_channel) in id order. From here
+    -- on no policy and no delivery of these messages can change under this
+    -- call.
+    PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-    ORDER BY c.id;
-    -- Outside READ COMMITTED every one: an older snapshot may show an old
-    -- policy, and the lock refuses a stale row (40001, see _check_channel_current).
+    ORDER BY c.id FOR KEY SHARE;
+    -- Those whose rows the settles will update (accounted ones), and outside
+    -- READ COMMITTED every one: an older snapshot may show an old policy, and
+    -- this lock refuses a stale row (40001, see _pin_channel).
     v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
@@ -212,7 +209,7 @@ BEGIN
         state = coalesce(message_defer.state, m.state)
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
-        v_channel := lonnymq._channel_of_settle(v_lock.p_message);
+        v_channel := lonnymq._pin_channel((v_lock.p_message).channel_id);
         IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
             -- The slot must be returned under the row lock anyway, so move
             -- the head here too: no hint needed.
@@ -304,7 +301,7 @@ BEGIN
     -- The channel head may now be early; dequeue corrects an early head when
     -- it meets it. Only a capacity count needs the channel row.
     IF v_message.channel_id IS NOT NULL THEN
-        v_channel := lonnymq._channel_of_settle(v_message);
+        v_channel := lonnymq._pin_channel(v_message.channel_id);
         IF v_channel.max_size IS NOT NULL THEN
             UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1 WHERE c.id = v_channel.id;
         END IF;

@@ -203,21 +203,93 @@ def test_what_a_role_without_grants_can_observe_is_no_message_data(
     assert not any("secret" in p or "tenant" in p for p in payloads)
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING (SQL design): channel locks are advisory locks in a "
-                   "fixed class with a computable key; any role that can connect may take them "
-                   "exclusively and stall every producer (and channel_set) of a channel")
-def test_a_role_without_grants_cannot_stall_producers(security_db: dict[str, str], queue_name: str) -> None:
+def take_every_advisory_lock(attacker: psycopg.Connection[Any], channels: list[str]) -> None:
+    """What a role without grants can do to a channel's coordination: take, exclusively and
+    for the whole session, every advisory lock it can compute (both lonnymq classes, queue
+    ids 1-49) or read from pg_locks. Tried, so the attacker never queues behind anyone."""
+    for queue_id in range(1, 50):
+        for channel in channels:
+            for lock_class in (1819176557, 1819176552):  # 'lonm' (1.0's channel lock), 'lonh'
+                attacker.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s || '/' || %s))",
+                                 (lock_class, str(queue_id), channel))
+    attacker.execute("SELECT pg_try_advisory_lock(classid::int, objid::int) FROM pg_locks "
+                     "WHERE locktype = 'advisory' AND objsubid = 2")
+
+
+def test_a_role_without_grants_cannot_stall_producers_settles_or_policy(
+    security_db: dict[str, str], queue_name: str
+) -> None:
+    """The 1.0 finding: channel locks were advisory locks with a computable key, so any role
+    could freeze a channel's producers and settles. Channels are now coordinated through
+    their rows, which a role without UPDATE on lonnymq.channel cannot lock; the one advisory
+    lock left (the head lock) is only ever tried."""
     with Queue(security_db["owner"], queue_name, pool_size=1) as q:
         q.create("first", channel="victim")
+        [held] = q.dequeue(lock_ms=60_000)
     with psycopg.connect(security_db["nobody"], autocommit=True) as attacker, psycopg.connect(
         security_db["owner"], autocommit=True
-    ) as producer:
-        # The key is hashtext(queue_id || '/' || channel): queue ids are small integers.
-        for queue_id in range(1, 50):
-            attacker.execute("SELECT pg_advisory_lock(1819176557, hashtext(%s || '/' || 'victim'))",
-                             (str(queue_id),))
-        producer.execute("SET statement_timeout = '2s'")
-        producer.execute("SELECT * FROM lonnymq.message_create(%s, 'victim', 'second')", (queue_name,))
+    ) as owner:
+        take_every_advisory_lock(attacker, ["victim"])
+        for statement in ("SELECT 1 FROM lonnymq.channel FOR KEY SHARE",
+                          "LOCK TABLE lonnymq.channel IN ROW SHARE MODE"):
+            with pytest.raises(DENIED), attacker.transaction():
+                attacker.execute(statement)
+        owner.execute("SET statement_timeout = '5s'")
+        # Producers, settles, a policy change and a dequeue all go through at once.
+        assert owner.execute("SELECT status FROM lonnymq.message_create(%s, 'victim', 'second')",
+                             (queue_name,)).fetchone() == ("created",)
+        assert owner.execute("SELECT lonnymq.message_complete(%s, %s)",
+                             (held.id, held.num_attempts)).fetchone() == ("completed",)
+        owner.execute("SELECT lonnymq.channel_set(%s, 'victim', max_concurrency => 1)", (queue_name,))
+        got = owner.execute("SELECT convert_from(content, 'UTF8') FROM lonnymq.message_dequeue(%s, 60000)",
+                            (queue_name,)).fetchall()
+        assert got == [("second",)]
+        owner.execute("SELECT lonnymq.channel_delete(%s, 'victim')", (queue_name,))
+
+
+def test_a_pg_locks_reader_cannot_freeze_busy_channels(security_db: dict[str, str], queue_name: str) -> None:
+    """The trial's attack, run for real: producers keep 10 channels busy while a role without
+    grants keeps reading pg_locks and taking every advisory lock it sees, exclusively, for
+    its session. In 1.0 it froze most channels within seconds. Every producer must keep
+    going: none may wait out its statement_timeout, and every channel gets its messages."""
+    channels = [f"busy-{i}" for i in range(10)]
+    errors: list[BaseException] = []
+    created = dict.fromkeys(channels, 0)
+    stop = threading.Event()
+
+    def produce(channel: str) -> None:
+        try:
+            with psycopg.connect(security_db["owner"], autocommit=True) as conn:
+                conn.execute("SET statement_timeout = '3s'")
+                while not stop.is_set():
+                    conn.execute("SELECT lonnymq.message_create(%s, %s, 'x')", (queue_name, channel))
+                    created[channel] += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def attack() -> None:
+        with psycopg.connect(security_db["nobody"], autocommit=True) as attacker:
+            while not stop.is_set():
+                take_every_advisory_lock(attacker, channels)
+
+    threads = [threading.Thread(target=produce, args=(c,)) for c in channels]
+    threads.append(threading.Thread(target=attack))
+    for t in threads:
+        t.start()
+    time.sleep(4)  # the attack's duration, not a synchronisation: progress is asserted below
+    before = dict(created)
+    time.sleep(2)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    stalled = [c for c in channels if created[c] == before[c]]
+    assert not stalled, f"channels that made no progress in the attack's last 2 s: {stalled}"
+    with psycopg.connect(security_db["owner"], autocommit=True) as owner:
+        counts = dict(owner.execute(
+            "SELECT channel, count(*) FROM lonnymq.messages WHERE queue = %s GROUP BY channel",
+            (queue_name,)).fetchall())
+    assert counts == created
 
 
 def test_producer_recipe(security_db: dict[str, str], queue_name: str) -> None:

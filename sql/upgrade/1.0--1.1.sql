@@ -15,3 +15,9 @@ ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms
 ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
 ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
 DROP FUNCTION lonnymq._notify(text, text, text);
+
+-- Channels are coordinated through their rows, which no outside role can
+-- lock, instead of advisory locks any role can take (see _pin_channel).
+DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
+DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
+DROP FUNCTION lonnymq._lock_class();
