@@ -52,6 +52,29 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';
+
+-- Advisory lock classes of the wake-up handshake (see _notify_waiters), keyed
+-- by hashtext(queue name). "waiting": consumers about to sleep on a queue hold it shared
+-- until they wake. "producing": producers that decided not to notify hold it
+-- shared until commit; a consumer starting to wait takes it exclusively for
+-- a moment, to let them commit first. Producers only ever try both.
+CREATE OR REPLACE FUNCTION lonnymq._waiting_lock_class() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 1819242103;  -- the bytes of 'lonw'
+END
+$$;
+COMMENT ON FUNCTION lonnymq._waiting_lock_class() IS 'Advisory lock class of consumers waiting on a queue.';
+
+CREATE OR REPLACE FUNCTION lonnymq._producing_lock_class() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 1819242096;  -- the bytes of 'lonp'
+END
+$$;
+COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';
 -- ===========================================================================
 -- Internal helpers (underscore names). Not part of the API; not granted.
 -- ===========================================================================
@@ -164,6 +187,38 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable event unless lonnymq.notify is off.';
+
+-- Wakes consumers of a queue about new or newly ready work: a 'lonnymq' NOTIFY,
+-- but only while a consumer waits (wait_begin), because a notifying commit
+-- takes a database-wide lock through its WAL flush and notifying producers
+-- serialize on it. The handshake, with no write and no wait on this side:
+-- hold the queue's producing lock shared until commit (tried), then see
+-- whether a consumer holds the waiting lock (tried exclusively and released).
+-- A consumer about to sleep takes the waiting lock, then the producing lock
+-- exclusively for a moment (waiting for producers that decided not to notify
+-- to commit), and only then looks for work: a message committed without a
+-- NOTIFY is one it sees. Either try failing means "maybe someone waits":
+-- notify. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
+-- waits for the commit, not for a snapshot). lonnymq.notify = off: never.
+CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key integer := pg_catalog.hashtext(p_queue);  -- (by name: a waiter may come before the queue)
+BEGIN
+    -- (CASE: the tries must run in this order, and the unlock only after a
+    -- successful try.)
+    IF (CASE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._producing_lock_class(), v_key)
+             THEN true
+             WHEN pg_catalog.pg_try_advisory_lock(lonnymq._waiting_lock_class(), v_key)
+             THEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_key)
+             ELSE true END) THEN
+        PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._notify_waiters(text, text)
+    IS 'NOTIFY lonnymq about a queue only while a consumer waits on it (wait_begin).';
 
 -- Looks a queue up by name; with p_create, creates it on first use.
 CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
@@ -456,7 +511,7 @@ BEGIN
         -- work is ready now, and idle workers should hear of it.
         IF v_channel.head_ms IS NOT NULL AND v_channel.max_concurrency IS NOT NULL
            AND v_channel.locked_count >= v_channel.max_concurrency THEN
-            PERFORM lonnymq._notify('lonnymq', q.name, 'released')
+            PERFORM lonnymq._notify_waiters(q.name, 'released')
             FROM lonnymq.queue q WHERE q.id = p_message.queue_id;
         END IF;
     END IF;
@@ -790,7 +845,7 @@ BEGIN
         INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
         VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
     END IF;
-    PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
+    PERFORM lonnymq._notify_waiters(p_queue, p_event);
     status := 'created';
 END
 $$;
@@ -894,7 +949,7 @@ BEGIN
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
-            PERFORM lonnymq._notify('lonnymq', message_create.queue, 'created');
+            PERFORM lonnymq._notify_waiters(message_create.queue, 'created');
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
@@ -1056,7 +1111,7 @@ BEGIN
             SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
             RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);
             IF v_count > 0 THEN
-                PERFORM lonnymq._notify('lonnymq', message_create_batch.queue, 'created');
+                PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
             END IF;
             IF message_create_batch.idempotency_key IS NOT NULL THEN
                 UPDATE lonnymq.batch b SET message_ids = v_ids
@@ -1846,7 +1901,7 @@ BEGIN
         END IF;
     END IF;
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
-    PERFORM lonnymq._notify('lonnymq', v_queue, 'deferred');
+    PERFORM lonnymq._notify_waiters(v_queue, 'deferred');
     RETURN 'deferred';
 END
 $$;
@@ -2086,6 +2141,54 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next message could be dequeued; NULL if none queued.';
+
+-- Announces that the caller is about to sleep on a queue until a 'lonnymq'
+-- NOTIFY for it (LISTEN lonnymq) or until the returned number of
+-- milliseconds has passed, and returns that number: wait_hint_ms, or NULL
+-- (nothing queued: sleep until notified). Producers notify only while a
+-- consumer waits (see _notify_waiters), so a LISTEN client must call this
+-- first, inside a transaction it keeps open while it sleeps and ends when it
+-- wakes (the announcement lasts until then; at READ COMMITTED an open
+-- transaction that only holds this announcement takes no snapshot and holds
+-- back no vacuum). No wake-up is lost: producers that decided not to notify
+-- before the announcement are waited for (at most 100 ms) before the hint
+-- looks for work; if one is still in flight then, the hint is at most 100 ms,
+-- so the caller looks again soon.
+CREATE OR REPLACE FUNCTION lonnymq.wait_begin(queue text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key integer;
+    v_patience_ms constant bigint := 100;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    v_settled boolean;
+BEGIN
+    PERFORM lonnymq._check_name(wait_begin.queue, 'queue', false);
+    -- Keyed by name: a consumer may wait on a queue that does not exist yet.
+    v_key := pg_catalog.hashtext(wait_begin.queue);
+    -- Tried: a producer checking for waiters holds it exclusively for an
+    -- instant (or another role holds it): then look again soon instead.
+    v_settled := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._waiting_lock_class(), v_key);
+    IF v_settled THEN
+        -- Producers in flight that skipped their NOTIFY, waited out without
+        -- blocking anyone for long: a lock timeout in a subtransaction.
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', v_patience_ms::text, true);
+            PERFORM pg_catalog.pg_advisory_lock(lonnymq._producing_lock_class(), v_key);
+            PERFORM pg_catalog.pg_advisory_unlock(lonnymq._producing_lock_class(), v_key);
+        EXCEPTION WHEN lock_not_available THEN
+            v_settled := false;
+        END;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    END IF;
+    IF v_settled THEN
+        RETURN lonnymq.wait_hint_ms(wait_begin.queue);
+    END IF;
+    RETURN least(coalesce(lonnymq.wait_hint_ms(wait_begin.queue), v_patience_ms), v_patience_ms);
+END
+$$;
+COMMENT ON FUNCTION lonnymq.wait_begin(text)
+    IS 'Marks the caller as waiting on a queue until its transaction ends; returns how long to sleep at most.';
 
 -- Checks the invariants the fast paths rely on; one row per violation, none
 -- when healthy. Scans everything: a diagnostic, not for hot paths.

@@ -16,7 +16,7 @@ SYSTEM_STYLE = {
     "pgmq": ("PGMQ", "#2ca02c"),
     "lonnymq_original": ("original LonnyMQ", "#ff7f0e"),
     "lonnymq": ("lonnymq", "#1f77b4"),
-    "lonnymq_notify_off": ("lonnymq, events off (diagnostic)", "#aec7e8"),
+    "lonnymq_waited": ("lonnymq, a consumer waiting: events on (diagnostic)", "#aec7e8"),
 }
 
 

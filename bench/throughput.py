@@ -43,12 +43,14 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "w3_channel_less": {"channels": 0, "batch": 1},
     "w4_batches": {"channels": 100, "batch": 100},
 }
-# A diagnostic variant, run for workload 1 only: lonnymq with its NOTIFY events
-# off. The floor sends none; in PostgreSQL 15 every notifying commit holds a
-# cluster-wide lock through its WAL flush, so this row shows what the events
-# cost. The goals are judged on the default (events on).
-NOTIFY_OFF = "lonnymq_notify_off"
-NOTIFY_OFF_WORKLOADS = ("w1_lifecycle",)
+# A diagnostic variant, run for workload 1 only: lonnymq while a consumer waits
+# on the queue throughout (a session inside lonnymq.wait_begin), so that every
+# create sends its NOTIFY. The default run has no waiter (pgbench consumers
+# never sleep), and producers notify only while one waits. In PostgreSQL 15
+# every notifying commit holds a cluster-wide lock through its WAL flush, so
+# this row shows what the events cost when they are on. The floor sends none.
+WAITED = "lonnymq_waited"
+WAITED_WORKLOADS = ("w1_lifecycle",)
 
 
 def _seed_floor(conn: Any, channels: list[str | None]) -> None:
@@ -90,6 +92,7 @@ class System:
     tables: tuple[str, ...]  # vacuumed before a run; the first holds its not-yet-completed messages
     workloads: tuple[str, ...] = tuple(WORKLOADS)
     settings: str = ""  # extra PGOPTIONS for its pgbench sessions
+    waited: bool = False  # a consumer waits on the queue throughout (every create notifies)
 
     @property
     def live_table(self) -> str:
@@ -98,7 +101,7 @@ class System:
 
 # lonnymq's tables the seed leaves rows in (the first holds the messages).
 LONNYMQ_VACUUMED = tuple(f"lonnymq.{t}" for t in ("message", "channel", "channel_hint", "queue"))
-# In run order (reversed every other round). lonnymq's events-off variant sits next to it.
+# In run order (reversed every other round). lonnymq's waited variant sits next to it.
 SYSTEMS: tuple[System, ...] = (
     System("floor", "floor", _seed_floor, ("floor.message",)),
     System("pgmq", "pgmq", _seed_pgmq, (f"pgmq.q_{PGMQ_QUEUE}",)),
@@ -106,8 +109,7 @@ SYSTEMS: tuple[System, ...] = (
     System("lonnymq_original", "lonnymq_original", _seed_lonnymq_original,
            ("lonny_up.message", "lonny_up.channel"), workloads=("w1_lifecycle", "w2_hot_channel")),
     System("lonnymq", "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED),
-    System(NOTIFY_OFF, "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED,
-           workloads=NOTIFY_OFF_WORKLOADS, settings="-c lonnymq.notify=off"),
+    System(WAITED, "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED, workloads=WAITED_WORKLOADS, waited=True),
 )
 BY_NAME = {system.name: system for system in SYSTEMS}
 
@@ -147,10 +149,14 @@ def run_once(system: str, workload: str, synchronous_commit: str, seconds: float
         before = _live(conn, target)
         if capture_statements:
             conn.execute("SELECT pg_stat_statements_reset()")
-        producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit, settings=target.settings)
-        consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit, settings=target.settings)
-        produced = pgbench_result(producers)
-        consumed = pgbench_result(consumers)
+        with connect() as waiter:
+            if target.waited:
+                waiter.execute("BEGIN")
+                waiter.execute("SELECT lonnymq.wait_begin('bench')")
+            producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit, settings=target.settings)
+            consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit, settings=target.settings)
+            produced = pgbench_result(producers)
+            consumed = pgbench_result(consumers)
         after = _live(conn, target)
         statements = _top_statements(conn) if capture_statements else None
     created = produced["transactions"] * spec["batch"]
@@ -257,8 +263,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     stats["ratio_to_floor"] = stats["messages_per_s"] / floor
         if "lonnymq" in entry and floor:
             _add_ratio(entry, cell, "floor", "ratio")
-        if NOTIFY_OFF in entry and floor:
-            entry["ratio_notify_off"] = entry[NOTIFY_OFF]["messages_per_s"] / floor
+        if WAITED in entry and floor:
+            entry["ratio_waited"] = entry[WAITED]["messages_per_s"] / floor
         peers = [p for p in PEERS if p in entry]
         if peers and "lonnymq" in entry:
             best = max(peers, key=lambda p: entry[p]["messages_per_s"])

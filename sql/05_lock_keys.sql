@@ -29,3 +29,26 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';
+
+-- Advisory lock classes of the wake-up handshake (see _notify_waiters), keyed
+-- by hashtext(queue name). "waiting": consumers about to sleep on a queue hold it shared
+-- until they wake. "producing": producers that decided not to notify hold it
+-- shared until commit; a consumer starting to wait takes it exclusively for
+-- a moment, to let them commit first. Producers only ever try both.
+CREATE OR REPLACE FUNCTION lonnymq._waiting_lock_class() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 1819242103;  -- the bytes of 'lonw'
+END
+$$;
+COMMENT ON FUNCTION lonnymq._waiting_lock_class() IS 'Advisory lock class of consumers waiting on a queue.';
+
+CREATE OR REPLACE FUNCTION lonnymq._producing_lock_class() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 1819242096;  -- the bytes of 'lonp'
+END
+$$;
+COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';

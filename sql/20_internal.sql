@@ -111,6 +111,38 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable event unless lonnymq.notify is off.';
 
+-- Wakes consumers of a queue about new or newly ready work: a 'lonnymq' NOTIFY,
+-- but only while a consumer waits (wait_begin), because a notifying commit
+-- takes a database-wide lock through its WAL flush and notifying producers
+-- serialize on it. The handshake, with no write and no wait on this side:
+-- hold the queue's producing lock shared until commit (tried), then see
+-- whether a consumer holds the waiting lock (tried exclusively and released).
+-- A consumer about to sleep takes the waiting lock, then the producing lock
+-- exclusively for a moment (waiting for producers that decided not to notify
+-- to commit), and only then looks for work: a message committed without a
+-- NOTIFY is one it sees. Either try failing means "maybe someone waits":
+-- notify. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
+-- waits for the commit, not for a snapshot). lonnymq.notify = off: never.
+CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key integer := pg_catalog.hashtext(p_queue);  -- (by name: a waiter may come before the queue)
+BEGIN
+    -- (CASE: the tries must run in this order, and the unlock only after a
+    -- successful try.)
+    IF (CASE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._producing_lock_class(), v_key)
+             THEN true
+             WHEN pg_catalog.pg_try_advisory_lock(lonnymq._waiting_lock_class(), v_key)
+             THEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_key)
+             ELSE true END) THEN
+        PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._notify_waiters(text, text)
+    IS 'NOTIFY lonnymq about a queue only while a consumer waits on it (wait_begin).';
+
 -- Looks a queue up by name; with p_create, creates it on first use.
 CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -402,7 +434,7 @@ BEGIN
         -- work is ready now, and idle workers should hear of it.
         IF v_channel.head_ms IS NOT NULL AND v_channel.max_concurrency IS NOT NULL
            AND v_channel.locked_count >= v_channel.max_concurrency THEN
-            PERFORM lonnymq._notify('lonnymq', q.name, 'released')
+            PERFORM lonnymq._notify_waiters(q.name, 'released')
             FROM lonnymq.queue q WHERE q.id = p_message.queue_id;
         END IF;
     END IF;

@@ -109,7 +109,7 @@ BEGIN
         INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
         VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
     END IF;
-    PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
+    PERFORM lonnymq._notify_waiters(p_queue, p_event);
     status := 'created';
 END
 $$;
@@ -213,7 +213,7 @@ BEGIN
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
-            PERFORM lonnymq._notify('lonnymq', message_create.queue, 'created');
+            PERFORM lonnymq._notify_waiters(message_create.queue, 'created');
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
@@ -375,7 +375,7 @@ BEGIN
             SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
             RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);
             IF v_count > 0 THEN
-                PERFORM lonnymq._notify('lonnymq', message_create_batch.queue, 'created');
+                PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
             END IF;
             IF message_create_batch.idempotency_key IS NOT NULL THEN
                 UPDATE lonnymq.batch b SET message_ids = v_ids

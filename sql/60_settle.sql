@@ -226,7 +226,7 @@ BEGIN
         END IF;
     END IF;
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
-    PERFORM lonnymq._notify('lonnymq', v_queue, 'deferred');
+    PERFORM lonnymq._notify_waiters(v_queue, 'deferred');
     RETURN 'deferred';
 END
 $$;

@@ -96,6 +96,54 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next message could be dequeued; NULL if none queued.';
 
+-- Announces that the caller is about to sleep on a queue until a 'lonnymq'
+-- NOTIFY for it (LISTEN lonnymq) or until the returned number of
+-- milliseconds has passed, and returns that number: wait_hint_ms, or NULL
+-- (nothing queued: sleep until notified). Producers notify only while a
+-- consumer waits (see _notify_waiters), so a LISTEN client must call this
+-- first, inside a transaction it keeps open while it sleeps and ends when it
+-- wakes (the announcement lasts until then; at READ COMMITTED an open
+-- transaction that only holds this announcement takes no snapshot and holds
+-- back no vacuum). No wake-up is lost: producers that decided not to notify
+-- before the announcement are waited for (at most 100 ms) before the hint
+-- looks for work; if one is still in flight then, the hint is at most 100 ms,
+-- so the caller looks again soon.
+CREATE OR REPLACE FUNCTION lonnymq.wait_begin(queue text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key integer;
+    v_patience_ms constant bigint := 100;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    v_settled boolean;
+BEGIN
+    PERFORM lonnymq._check_name(wait_begin.queue, 'queue', false);
+    -- Keyed by name: a consumer may wait on a queue that does not exist yet.
+    v_key := pg_catalog.hashtext(wait_begin.queue);
+    -- Tried: a producer checking for waiters holds it exclusively for an
+    -- instant (or another role holds it): then look again soon instead.
+    v_settled := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._waiting_lock_class(), v_key);
+    IF v_settled THEN
+        -- Producers in flight that skipped their NOTIFY, waited out without
+        -- blocking anyone for long: a lock timeout in a subtransaction.
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', v_patience_ms::text, true);
+            PERFORM pg_catalog.pg_advisory_lock(lonnymq._producing_lock_class(), v_key);
+            PERFORM pg_catalog.pg_advisory_unlock(lonnymq._producing_lock_class(), v_key);
+        EXCEPTION WHEN lock_not_available THEN
+            v_settled := false;
+        END;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    END IF;
+    IF v_settled THEN
+        RETURN lonnymq.wait_hint_ms(wait_begin.queue);
+    END IF;
+    RETURN least(coalesce(lonnymq.wait_hint_ms(wait_begin.queue), v_patience_ms), v_patience_ms);
+END
+$$;
+COMMENT ON FUNCTION lonnymq.wait_begin(text)
+    IS 'Marks the caller as waiting on a queue until its transaction ends; returns how long to sleep at most.';
+
 -- Checks the invariants the fast paths rely on; one row per violation, none
 -- when healthy. Scans everything: a diagnostic, not for hot paths.
 CREATE OR REPLACE FUNCTION lonnymq.verify() RETURNS SETOF text

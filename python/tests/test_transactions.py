@@ -72,3 +72,37 @@ def test_every_action_accepts_conn(dsn: str, queue: Queue) -> None:
         assert queue.requeue(archived.id, conn=conn).status == "created"
         assert queue.verify(conn=conn) == []
         assert b.id is not None and queue.cancel(b.id, conn=conn) == "cancelled"
+
+
+def notified(listener: psycopg.Connection[Any], queue: Queue) -> list[str]:
+    """The 'lonnymq' events for ``queue`` the listener has received so far (no waiting)."""
+    listener.execute("SELECT 1")  # any round trip delivers what arrived
+    return [n.payload for n in listener.notifies(timeout=0.2) if queue.name in n.payload]
+
+
+def test_producers_notify_only_while_a_consumer_waits(dsn: str, queue: Queue) -> None:
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN lonnymq")
+        queue.create("nobody waits")
+        assert notified(listener, queue) == []
+        with queue.waiting() as hint:
+            assert hint == 0  # the message above is ready
+            queue.create("someone waits")
+            assert notified(listener, queue) == [f'{{"queue" : "{queue.name}", "event" : "created"}}']
+        queue.create("nobody waits again")
+        assert notified(listener, queue) == []
+
+
+def test_waiting_sees_a_message_whose_producer_skipped_the_notify(dsn: str, queue: Queue) -> None:
+    """No lost wake-up: a producer that decided not to notify (nobody waited yet) and is still
+    open when a consumer starts waiting. Committed quickly, the consumer's hint sees the message
+    (0); still open after wait_begin's patience, the hint is short (<= 100 ms), so the consumer
+    looks again soon and finds it, although no NOTIFY will ever come."""
+    with psycopg.connect(dsn) as producer:
+        queue.create("in flight", conn=producer)
+        with queue.waiting() as hint:
+            assert hint is not None and 0 < hint <= 100
+        producer.commit()
+    with queue.waiting() as hint:
+        assert hint == 0
+    assert [m.content for m in queue.dequeue(lock_ms=10_000)] == [b"in flight"]

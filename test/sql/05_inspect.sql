@@ -29,6 +29,19 @@ SELECT count(*) FROM lonnymq.message_dequeue('shop', 7200000, 100);
 SELECT lonnymq.wait_hint_ms('shop') BETWEEN 3500000 AND 3600000 AS next_in_an_hour;
 SELECT lonnymq.wait_hint_ms('no-such-queue') IS NULL AS unknown_queue;
 
+
+-- wait_begin: the hint of wait_hint_ms, with the caller announced as waiting
+-- (the queue's waiting lock, shared) until its transaction ends. Producers
+-- meeting it notify: iso_wake.spec.
+BEGIN;
+SELECT lonnymq.wait_begin('shop') BETWEEN 3500000 AND 3600000 AS next_in_an_hour;
+SELECT lonnymq.wait_begin('no-such-queue') IS NULL AS unknown_queue_waits_for_a_notify;
+SELECT count(*) AS announcements FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND mode = 'ShareLock'
+  AND classid::bigint = 1819242103 AND objid::integer IN (hashtext('shop'), hashtext('no-such-queue'));
+COMMIT;
+SELECT count(*) AS none_left FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+SELECT lonnymq.wait_begin(NULL);
 SELECT count(*) AS healthy FROM lonnymq.verify();
 
 -- verify() names each broken invariant.

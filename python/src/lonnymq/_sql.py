@@ -112,6 +112,7 @@ SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::pg_catalog.int8
 ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::pg_catalog.interval)"
 
 WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::pg_catalog.text)"
+WAIT_BEGIN = "SELECT lonnymq.wait_begin(queue => %s::pg_catalog.text)"
 
 VERIFY = "SELECT * FROM lonnymq.verify()"
 

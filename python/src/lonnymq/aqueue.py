@@ -308,6 +308,20 @@ class AsyncQueue:
         value = await self._scalar(_sql.WAIT_HINT_MS, (self.name,), conn)
         return None if value is None else int(value)
 
+    @asynccontextmanager
+    async def waiting(self) -> AsyncIterator[int | None]:
+        """Announces a consumer about to sleep on this queue, for as long as the block runs,
+        and yields how long to sleep at most (ms; None: until notified).
+
+        Producers send the ``lonnymq`` NOTIFY only while a consumer waits, so a consumer that
+        LISTENs (on another connection: a session in a transaction receives notifications
+        only when it ends) sleeps inside this block. The announcement is an open transaction
+        on a pool connection that holds no snapshot; no wake-up is lost (see
+        ``lonnymq.wait_begin``)."""
+        async with self.pool.connection() as c, c.transaction():
+            value = await (await c.execute(_sql.WAIT_BEGIN, (self.name,))).fetchone()
+            yield None if value is None or value[0] is None else int(value[0])
+
     async def stats(self, *, conn: AsyncConnection[Any] | None = None) -> QueueStats:
         rows = await self._rows(_sql.QUEUE_STATS, (self.name,), conn)
         return _sql.queue_stats(self.name, rows[0] if rows else None)

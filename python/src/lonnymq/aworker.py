@@ -136,21 +136,23 @@ class AsyncWorker:
                 continue
             try:
                 messages = await self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
-                hint = None if messages else await self.queue.wait_hint_ms()
+                if messages:
+                    retry_ms = _timing.MIN_RETRY_MS
+                    for message in messages:
+                        self._start(message)
+                    continue
+                # Nothing to do: sleep announced as a waiter, so that producers notify.
+                async with self.queue.waiting() as hint:
+                    if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
+                        return
+                    self.sleeping.set()
+                    await self._sleep(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms))
+                    self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
+                self.sleeping.clear()
                 await asyncio.sleep(1.0)
                 continue
-            if messages:
-                retry_ms = _timing.MIN_RETRY_MS
-                for message in messages:
-                    self._start(message)
-                continue
-            if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
-                return
-            self.sleeping.set()
-            await self._sleep(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms))
-            self.sleeping.clear()
             retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
 
     def _start(self, message: AsyncMessage) -> None:

@@ -279,6 +279,20 @@ class Queue:
         value = self._scalar(_sql.WAIT_HINT_MS, (self.name,), conn)
         return None if value is None else int(value)
 
+    @contextmanager
+    def waiting(self) -> Iterator[int | None]:
+        """Announces a consumer about to sleep on this queue, for as long as the block runs,
+        and yields how long to sleep at most (ms; None: until notified).
+
+        Producers send the ``lonnymq`` NOTIFY only while a consumer waits, so a consumer that
+        LISTENs (on another connection: a session in a transaction receives notifications
+        only when it ends) sleeps inside this block. The announcement is an open transaction
+        on a pool connection that holds no snapshot; no wake-up is lost (see
+        ``lonnymq.wait_begin``)."""
+        with self.pool.connection() as c, c.transaction():
+            value = c.execute(_sql.WAIT_BEGIN, (self.name,)).fetchone()
+            yield None if value is None or value[0] is None else int(value[0])
+
     def stats(self, *, conn: Connection[Any] | None = None) -> QueueStats:
         rows = self._rows(_sql.QUEUE_STATS, (self.name,), conn)
         return _sql.queue_stats(self.name, rows[0] if rows else None)

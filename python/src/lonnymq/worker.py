@@ -142,21 +142,23 @@ class Worker:
                 continue
             try:
                 messages = self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
-                hint = None if messages else self.queue.wait_hint_ms()
+                if messages:
+                    retry_ms = _timing.MIN_RETRY_MS
+                    for message in messages:
+                        self._start(message)
+                    continue
+                # Nothing to do: sleep announced as a waiter, so that producers notify.
+                with self.queue.waiting() as hint:
+                    if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
+                        return
+                    self.sleeping.set()
+                    self._wake.wait(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000)
+                    self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
+                self.sleeping.clear()
                 self._stopping.wait(1.0)
                 continue
-            if messages:
-                retry_ms = _timing.MIN_RETRY_MS
-                for message in messages:
-                    self._start(message)
-                continue
-            if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
-                return
-            self.sleeping.set()
-            self._wake.wait(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000)
-            self.sleeping.clear()
             retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
 
     def _start(self, message: Message) -> None:

@@ -21,15 +21,39 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
+# How often the announcement is renewed, to include queues created since.
+ANNOUNCE_EVERY_S = 5.0
+
+
+def announce(waiter: psycopg.Connection[Any], queue: str | None) -> None:
+    """Producers send 'lonnymq' events only while a consumer waits (lonnymq.wait_begin): tail
+    counts as one, for its queue or every queue, in a transaction on its own connection (a
+    session in a transaction would receive notifications only when it ends)."""
+    waiter.rollback()
+    waiter.execute(
+        "SELECT count(lonnymq.wait_begin(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
+        ([queue] if queue is not None else queues(waiter),),
+    )
+
+
+def queues(conn: psycopg.Connection[Any]) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT queue FROM lonnymq.queue_stats").fetchall()]
+
+
 def run(dsn: str, args: argparse.Namespace) -> int:
     seen = 0
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as waiter:
         for channel in CHANNELS:
             conn.execute("LISTEN " + channel)
+        announce(waiter, args.queue)
+        announced = time.monotonic()
         # Tell a reader (a test or a script) that events from now on will be shown.
         print(f"listening on {', '.join(CHANNELS)}", flush=True)
         while deadline is None or time.monotonic() < deadline:
+            if time.monotonic() - announced > ANNOUNCE_EVERY_S:
+                announce(waiter, args.queue)
+                announced = time.monotonic()
             wait = 1.0 if deadline is None else max(min(1.0, deadline - time.monotonic()), 0)
             for notify in conn.notifies(timeout=wait):
                 line = format_event(notify.channel, notify.payload, args.queue)
