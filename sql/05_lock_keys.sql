@@ -52,3 +52,17 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';
+
+-- How many head locks one call may hold: each is an entry in PostgreSQL's
+-- shared lock table (max_locks_per_transaction x max_connections entries for
+-- the whole server), which a call over thousands of channels could exhaust
+-- for everyone. Past it a producer writes its hint and a dequeue leaves a head
+-- early, which are always safe.
+CREATE OR REPLACE FUNCTION lonnymq._head_lock_budget() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 256;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._head_lock_budget() IS 'Most head locks one call holds.';

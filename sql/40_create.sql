@@ -338,7 +338,8 @@ BEGIN
     -- that create the same new channels then cannot wait on each other in a cycle.
     FOREACH v_name IN ARRAY v_names LOOP
         v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
-        IF lonnymq._hold_head_lock(v_channel.lock_key) THEN
+        IF pg_catalog.cardinality(v_head_held) < lonnymq._head_lock_budget()
+           AND lonnymq._hold_head_lock(v_channel.lock_key) THEN
             v_head_held := v_head_held || v_channel.id;
         END IF;
     END LOOP;

@@ -9,7 +9,7 @@
 --   _dequeue_round        a round of free channels: lock the fairest, claim
 --                         one head each, record every turn
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
---   _dequeue_held         messages of a channel another dequeuer holds
+--   _dequeue_held         messages of channels another dequeuer holds
 -- Each step is a few plain statements, each touching a handful of rows
 -- through an index: large multi-CTE statements cost more to start than to run
 -- at these sizes, and their generic plans read whole tables.
@@ -169,11 +169,12 @@ COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, inte
 -- channel takes an empty turn instead, so that it waits behind the others
 -- rather than heading every round until the raise succeeds. An empty turn
 -- only ever makes the next real one later, never earlier.
-CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint,
+                                                       p_may_raise boolean) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key) THEN
+    IF NOT (p_may_raise AND lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key)) THEN
         UPDATE lonnymq.channel c
         SET last_turn_ms = greatest(c.last_turn_ms, p_now_ms),
             turn_seq = x.seq,
@@ -184,7 +185,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint)
+COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean)
     IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
 
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
@@ -194,10 +195,12 @@ COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint)
 -- what single dequeues in a row do: a channel served gets a key (this turn)
 -- after all of them. A channel with nothing to take (a stale key, or every
 -- ready message being claimed by others) takes no turn, gets its head raised
--- if it can be, and comes back as a row with a NULL id.
+-- if it can be, and comes back as a row with a NULL id. At most p_raises heads
+-- are raised (each holds an advisory lock until commit, and the lock table is
+-- shared and finite); past that, heads stay early, which is safe.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                  p_only bigint[])
+                                                  p_only bigint[], p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -208,15 +211,30 @@ DECLARE
     v_channel lonnymq.channel;
     v_message lonnymq.message;
     v_counted integer;
+    v_raises integer := p_raises;
 BEGIN
-    SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
-    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
-            AND (p_only IS NULL OR c.id = ANY (p_only))
-            AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-          ORDER BY c.ready_ms, c.turn_seq, c.id
-          LIMIT p_want
-          FOR NO KEY UPDATE SKIP LOCKED) r;
+    IF p_only IS NULL THEN
+        SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
+        FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
+              WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+                AND (p_channelless_ms IS NULL
+                     OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
+              ORDER BY c.ready_ms, c.turn_seq, c.id
+              LIMIT p_want
+              FOR NO KEY UPDATE SKIP LOCKED) r;
+    ELSE
+        -- The same, among the given channels only, found by id: walking the
+        -- scheduler index for a few channels would pass all the others.
+        SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
+        FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
+              WHERE c.id = ANY (p_only) AND c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms
+                AND c.id <> ALL (p_tried)
+                AND (p_channelless_ms IS NULL
+                     OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
+              ORDER BY c.ready_ms, c.turn_seq, c.id
+              LIMIT p_want
+              FOR NO KEY UPDATE SKIP LOCKED) r;
+    END IF;
     FOREACH v_channel IN ARRAY v_round LOOP
         IF v_channel.max_attempts IS NOT NULL THEN
             PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
@@ -234,7 +252,8 @@ BEGIN
                       FOR UPDATE SKIP LOCKED)
         RETURNING m.* INTO v_message;
         IF NOT FOUND THEN
-            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms);
+            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, v_raises > 0);
+            v_raises := v_raises - 1;
             RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
                                 NULL::timestamptz;
             CONTINUE;
@@ -253,10 +272,11 @@ BEGIN
         WHERE c.id = v_channel.id;
         -- Its last due message taken: raise the head now, so a drained
         -- channel leaves the scheduler (and becomes sweepable) at once.
-        IF NOT EXISTS (SELECT 1 FROM lonnymq.message m
+        IF v_raises > 0 AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
                        WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
                          AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) THEN
             PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
+            v_raises := v_raises - 1;
         END IF;
         channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
         content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
@@ -265,7 +285,7 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
+COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
     IS 'Dequeue step: a round of the fairest free channels, one message each, turns recorded.';
 
 -- Step 3. The queue's channel-less messages, in (dequeue_at, id) order. With
@@ -306,55 +326,90 @@ COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, 
     IS 'Dequeue step: channel-less messages, as one more channel.';
 
 -- Step 4. Every ready channel is held by another transaction: take messages
--- from the fairest held channel without accounting anyway, exactly like a
+-- from the fairest held channels without accounting anyway, exactly like a
 -- bare SKIP LOCKED queue (p_hinted: channels whose new work only their holder
 -- has folded in so far). This takes no turn (the holder records it), so
--- single dequeues in a row would take its messages one after another: up to
--- p_want in one statement. A channel found free by now is served by a round
--- instead; one that cannot be served so (gone, or accounted since) or has
--- nothing to take comes back as a row with a NULL id.
+-- single dequeues in a row would take the fairest one's messages one after
+-- another, then the next one's: up to p_want, each channel's in one
+-- statement, the channels picked in one statement (picking them one at a
+-- time would walk the held ones again for each). A channel found free by now
+-- is served by a round instead; one that cannot be served so (gone, or
+-- accounted since) or has nothing to take comes back as a row with a NULL id.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                  p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                 p_hinted bigint[])
+                                                 p_hinted bigint[], p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_held lonnymq.channel[];
     v_channel lonnymq.channel;
+    v_left integer := p_want;
+    v_row record;
 BEGIN
     -- Whether a held channel may be served depends on its current policy,
     -- which an older snapshot may not show: outside READ COMMITTED, never.
     IF NOT lonnymq._read_committed() THEN
         RETURN;
     END IF;
-    SELECT c.* INTO v_channel FROM lonnymq.channel c
-    WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
-      AND (p_channelless_ms IS NULL OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-      AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
-    ORDER BY c.ready_ms, c.turn_seq, c.id
-    LIMIT 1
-    FOR KEY SHARE SKIP LOCKED;  -- pinned, without waiting: see _pin_channel
-    IF v_channel.id IS NULL AND p_channelless_ms IS NULL THEN
-        SELECT c.* INTO v_channel FROM lonnymq.channel c
-        WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
-          AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
-        ORDER BY c.last_turn_ms, c.turn_seq, c.id
-        LIMIT 1
-        FOR KEY SHARE SKIP LOCKED;
+    -- Pinned, without waiting (see _pin_channel).
+    SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.ready_ms, x.turn_seq, x.id), '{}') INTO v_held
+    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
+          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+            AND (p_channelless_ms IS NULL
+                 OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
+            AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
+          ORDER BY c.ready_ms, c.turn_seq, c.id
+          LIMIT p_want
+          FOR KEY SHARE SKIP LOCKED) x;
+    IF pg_catalog.cardinality(v_held) = 0 AND p_channelless_ms IS NULL THEN
+        SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
+        FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
+              WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
+                AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
+              ORDER BY c.last_turn_ms, c.turn_seq, c.id
+              LIMIT p_want
+              FOR KEY SHARE SKIP LOCKED) x;
     END IF;
-    IF v_channel.id IS NULL THEN
-        RETURN;
-    END IF;
-    -- Checked again now that it is pinned: its holder may have gone.
-    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, p_tried,
-                                                      ARRAY[v_channel.id]);
+    FOREACH v_channel IN ARRAY v_held LOOP
+        EXIT WHEN v_left <= 0;
+        FOR v_row IN SELECT * FROM lonnymq._serve_held(p_queue, v_channel, p_now_ms, p_lock_ms, v_left,
+                                                       p_channelless_ms, p_raises) LOOP
+            channel_id := v_row.channel_id; id := v_row.id; channel := v_row.channel; content := v_row.content;
+            state := v_row.state; num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at;
+            RETURN NEXT;
+            v_left := v_left - (v_row.id IS NOT NULL)::integer;
+        END LOOP;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
+    IS 'Dequeue step: messages of channels held by another dequeuer, without a turn.';
+
+-- One channel of _dequeue_held, pinned by the caller: up to p_want of its
+-- messages, or a row with a NULL id when it has none to give.
+CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel lonnymq.channel, p_now_ms bigint,
+                                               p_lock_ms bigint, p_want integer, p_channelless_ms bigint,
+                                               p_raises integer)
+RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
+               dequeue_at timestamptz)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_channel lonnymq.channel := p_channel;
+BEGIN
+    -- Its holder may have gone meanwhile: then it is served as a free channel.
+    -- (Not one of p_tried: the caller picked it among the others.)
+    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, '{}',
+                                                      ARRAY[v_channel.id], p_raises);
     IF FOUND THEN
         RETURN;
     END IF;
     -- Still held. Read afresh: a policy change that committed after the pick's
-    -- snapshot (but before the lock) may have made it accounted, and
+    -- snapshot (but before the pin) may have made it accounted, and
     -- accounted channels are never served while held.
     SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
     IF v_channel.id IS NOT NULL
@@ -383,12 +438,12 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
+    RETURN QUERY SELECT p_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
                         NULL::timestamptz;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
-    IS 'Dequeue step: messages of a channel held by another dequeuer, without a turn.';
+COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer)
+    IS 'Messages of one held channel, without a turn; a NULL id when it has none.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
 -- like max_messages single dequeues in a row (SPEC 3.13): expired locks
@@ -413,6 +468,7 @@ DECLARE
     v_only bigint[];             -- once a round came up short: look only at those
     v_held boolean := false;     -- the next channel step serves a held channel
     v_turn_seq bigint;
+    v_raises integer;            -- heads this round may still raise (see _head_lock_budget)
     v_asked integer;
     v_taken integer;
     v_row record;
@@ -467,13 +523,16 @@ BEGIN
         -- step not chosen is a one-time-false filter: it never runs.)
         v_asked := v_left;
         v_taken := 0;
+        -- Heads raised so far are at most the channels taken so far.
+        v_raises := greatest(0, lonnymq._head_lock_budget() - pg_catalog.cardinality(v_served)
+                                - pg_catalog.cardinality(v_tried));
         FOR v_row IN
             SELECT * FROM lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
-                                                 v_tried, v_only)
+                                                 v_tried, v_only, v_raises)
             WHERE NOT v_held
             UNION ALL
             SELECT * FROM lonnymq._dequeue_held(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
-                                                  v_tried, v_hinted)
+                                                  v_tried, v_hinted, v_raises)
             WHERE v_held
         LOOP
             v_taken := v_taken + 1;
