@@ -25,11 +25,9 @@ COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock k
 -- Producers that skip a hint hold it shared until commit; a dequeuer that
 -- raises a head holds it exclusively (see _channel_raise_head).
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 1819176552;  -- the bytes of 'lonh'
-END
+    SELECT 1819176552  -- the bytes of 'lonh'
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';
 
@@ -39,20 +37,16 @@ COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channe
 -- shared until commit; a consumer starting to wait takes it exclusively for
 -- a moment, to let them commit first. Producers only ever try both.
 CREATE OR REPLACE FUNCTION lonnymq._waiting_lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 1819242103;  -- the bytes of 'lonw'
-END
+    SELECT 1819242103  -- the bytes of 'lonw'
 $$;
 COMMENT ON FUNCTION lonnymq._waiting_lock_class() IS 'Advisory lock class of consumers waiting on a queue.';
 
 CREATE OR REPLACE FUNCTION lonnymq._producing_lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 1819242096;  -- the bytes of 'lonp'
-END
+    SELECT 1819242096  -- the bytes of 'lonp'
 $$;
 COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';
 
@@ -62,11 +56,9 @@ COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of p
 -- for everyone. Past it a producer writes its hint and a dequeue leaves a head
 -- early, which are always safe.
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_budget() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 256;
-END
+    SELECT 256
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_budget() IS 'Most head locks one call holds.';
 -- ===========================================================================
@@ -243,19 +235,24 @@ SELECT pg_catalog.pg_extension_config_dump('lonnymq.queue_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_id_seq', '');
 -- ===========================================================================
 -- Internal helpers (underscore names). Not part of the API; not granted.
+--
+-- Helpers are PL/pgSQL with a pinned search_path, except the expression
+-- helpers of the hot path (_now_ms, _ready_ms, _accounted, _read_committed,
+-- _dequeue_at, _priority_step_ms and the lock classes and budget): those are
+-- one-expression SQL functions without a SET clause, which the planner inlines
+-- into the statement that uses them. A SET clause stops inlining, and a
+-- PL/pgSQL call with one costs about 10 us (a GUC save and restore per call),
+-- several per message. They run only inside lonnymq's own functions, whose
+-- pinned search_path also resolves their operators, and PUBLIC cannot execute
+-- them (test/pgtap/03_security.sql checks both).
 -- ===========================================================================
 
 -- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
 -- now(): a dequeue inside a long transaction must see the real time.
--- Helpers are PL/pgSQL, not SQL: a pinned search_path stops SQL functions
--- from being inlined, and called from PL/pgSQL they would be planned anew on
--- every call, while PL/pgSQL caches its plans for the session.
 CREATE OR REPLACE FUNCTION lonnymq._now_ms() RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql VOLATILE
 AS $$
-BEGIN
-    RETURN pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
-END
+    SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint
 $$;
 COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since the epoch.';
 
@@ -324,18 +321,12 @@ CREATE OR REPLACE FUNCTION lonnymq._ready_ms(
     p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
     p_locked_count integer, p_max_concurrency integer, p_turn_seq bigint
 ) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    IF p_head_ms IS NULL THEN
-        RETURN NULL;
-    ELSIF p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN
-        RETURN NULL;
-    ELSIF p_turn_seq = 0 THEN
-        RETURN greatest(p_head_ms, p_last_turn_ms);
-    END IF;
-    RETURN greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms);
-END
+    SELECT CASE WHEN p_head_ms IS NULL THEN NULL
+                WHEN p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN NULL
+                WHEN p_turn_seq = 0 THEN greatest(p_head_ms, p_last_turn_ms)
+                ELSE greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms) END
 $$;
 COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, bigint)
     IS 'Scheduling key of a channel: when it may next be served, NULL if it cannot.';
@@ -559,11 +550,9 @@ COMMENT ON FUNCTION lonnymq._archive(lonnymq.message, text, text) IS 'Archives a
 -- parallel and settles never touch its row.
 CREATE OR REPLACE FUNCTION lonnymq._accounted(p_max_concurrency integer, p_release_interval_ms bigint, p_max_size bigint)
 RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL;
-END
+    SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL
 $$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
@@ -572,11 +561,9 @@ COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a ch
 -- committed before it, which the channel locks rely on. At REPEATABLE READ and
 -- SERIALIZABLE the snapshot is the transaction's first one.
 CREATE OR REPLACE FUNCTION lonnymq._read_committed() RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RETURN pg_catalog.current_setting('transaction_isolation') = 'read committed';
-END
+    SELECT pg_catalog.current_setting('transaction_isolation') = 'read committed'
 $$;
 COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
 
@@ -908,11 +895,9 @@ COMMENT ON FUNCTION lonnymq.channel_sweep(integer) IS 'Removes idle empty implic
 -- further than any two real timestamps, so priority 1 sorts ahead of every
 -- ordinary message and FIFO order holds within a level.
 CREATE OR REPLACE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 281474976710656;
-END
+    SELECT 281474976710656
 $$;
 COMMENT ON FUNCTION lonnymq._priority_step_ms() IS 'Distance between priority levels in dequeue_ms.';
 
@@ -1340,11 +1325,9 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- The dequeue_at a delivery reports: priority messages show their creation
 -- time (their dequeue_ms is offset by priority steps, see 40_create.sql).
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_at(p_dequeue_ms bigint, p_priority integer) RETURNS timestamptz
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 'epoch'::timestamptz + (p_dequeue_ms + p_priority::bigint * 281474976710656) * '1 millisecond'::interval;
-END
+    SELECT 'epoch'::timestamptz + (p_dequeue_ms + p_priority::bigint * 281474976710656) * '1 millisecond'::interval
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at shown for a message.';
 

@@ -22,11 +22,9 @@ COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock k
 -- Producers that skip a hint hold it shared until commit; a dequeuer that
 -- raises a head holds it exclusively (see _channel_raise_head).
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 1819176552;  -- the bytes of 'lonh'
-END
+    SELECT 1819176552  -- the bytes of 'lonh'
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';
 
@@ -36,20 +34,16 @@ COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channe
 -- shared until commit; a consumer starting to wait takes it exclusively for
 -- a moment, to let them commit first. Producers only ever try both.
 CREATE OR REPLACE FUNCTION lonnymq._waiting_lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 1819242103;  -- the bytes of 'lonw'
-END
+    SELECT 1819242103  -- the bytes of 'lonw'
 $$;
 COMMENT ON FUNCTION lonnymq._waiting_lock_class() IS 'Advisory lock class of consumers waiting on a queue.';
 
 CREATE OR REPLACE FUNCTION lonnymq._producing_lock_class() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 1819242096;  -- the bytes of 'lonp'
-END
+    SELECT 1819242096  -- the bytes of 'lonp'
 $$;
 COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';
 
@@ -59,10 +53,8 @@ COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of p
 -- for everyone. Past it a producer writes its hint and a dequeue leaves a head
 -- early, which are always safe.
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_budget() RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 256;
-END
+    SELECT 256
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_budget() IS 'Most head locks one call holds.';

@@ -6,11 +6,9 @@
 -- further than any two real timestamps, so priority 1 sorts ahead of every
 -- ordinary message and FIFO order holds within a level.
 CREATE OR REPLACE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 281474976710656;
-END
+    SELECT 281474976710656
 $$;
 COMMENT ON FUNCTION lonnymq._priority_step_ms() IS 'Distance between priority levels in dequeue_ms.';
 

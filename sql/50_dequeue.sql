@@ -21,11 +21,9 @@
 -- The dequeue_at a delivery reports: priority messages show their creation
 -- time (their dequeue_ms is offset by priority steps, see 40_create.sql).
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_at(p_dequeue_ms bigint, p_priority integer) RETURNS timestamptz
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN 'epoch'::timestamptz + (p_dequeue_ms + p_priority::bigint * 281474976710656) * '1 millisecond'::interval;
-END
+    SELECT 'epoch'::timestamptz + (p_dequeue_ms + p_priority::bigint * 281474976710656) * '1 millisecond'::interval
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at shown for a message.';
 
