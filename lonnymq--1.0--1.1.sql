@@ -84,15 +84,14 @@ COMMENT ON FUNCTION lonnymq._head_lock_budget() IS 'Most head locks one call hol
 -- ===========================================================================
 -- Internal helpers (underscore names). Not part of the API; not granted.
 --
--- Helpers are PL/pgSQL with a pinned search_path, except the expression
--- helpers of the hot path (_now_ms, _ready_ms, _accounted, _read_committed,
--- _dequeue_at, _priority_step_ms and the lock classes and budget): those are
--- one-expression SQL functions without a SET clause, which the planner inlines
--- into the statement that uses them. A SET clause stops inlining, and a
--- PL/pgSQL call with one costs about 10 us (a GUC save and restore per call),
--- several per message. They run only inside lonnymq's own functions, whose
--- pinned search_path also resolves their operators, and PUBLIC cannot execute
--- them (test/pgtap/03_security.sql checks both).
+-- Helpers set no search_path of their own: they run only inside lonnymq's
+-- API functions, whose pinned search_path (pg_catalog, pg_temp) then also
+-- resolves theirs, and no role but the owner may execute them (99_privileges;
+-- test/pgtap/03_security.sql checks both). A SET clause would cost a GUC save
+-- and restore on every call (about 10 us, several calls per message) and stop
+-- the planner from inlining the one-expression SQL helpers of the hot path
+-- (_now_ms, _ready_ms, _accounted, _read_committed, _dequeue_at, ...) into the
+-- statements that use them. The validators granted to PUBLIC do pin it.
 -- ===========================================================================
 
 -- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
@@ -107,7 +106,7 @@ COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since t
 -- Milliseconds of a caller-supplied timestamp; infinities are rejected because
 -- they cannot be scheduled and would poison the integer ordering.
 CREATE OR REPLACE FUNCTION lonnymq._ms_of(p_at timestamptz, p_argument text) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
     IF NOT pg_catalog.isfinite(p_at) THEN
@@ -122,7 +121,7 @@ COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a fini
 -- Rejects a computed dequeue time (dequeue_at plus delay_ms) beyond the year
 -- 100000: later times would overflow the interval arithmetic of the views.
 CREATE OR REPLACE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
     IF p_dequeue_ms > 3093527980800000 THEN
@@ -182,7 +181,7 @@ COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, 
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
 -- delivered once by PostgreSQL, which is what coalesces batches.
 CREATE OR REPLACE FUNCTION lonnymq._notify(p_listen_channel text, p_queue text, p_event text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF coalesce(pg_catalog.current_setting('lonnymq.notify', true), '') NOT IN ('off', 'false', '0') THEN
@@ -206,7 +205,7 @@ COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable ev
 -- notify. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
 -- waits for the commit, not for a snapshot). lonnymq.notify = off: never.
 CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_key integer := pg_catalog.hashtext(p_queue);  -- (by name: a waiter may come before the queue)
@@ -227,7 +226,7 @@ COMMENT ON FUNCTION lonnymq._notify_waiters(text, text)
 
 -- Looks a queue up by name; with p_create, creates it on first use.
 CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_id integer;
@@ -247,7 +246,7 @@ COMMENT ON FUNCTION lonnymq._queue_id(text, boolean) IS 'Queue id by name, optio
 
 -- Milliseconds an implicit channel must stay empty before the sweep removes it.
 CREATE OR REPLACE FUNCTION lonnymq._channel_idle_ms() RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_setting text := pg_catalog.current_setting('lonnymq.channel_idle_ms', true);
@@ -267,7 +266,7 @@ COMMENT ON FUNCTION lonnymq._channel_idle_ms() IS 'Idle time before an empty imp
 -- Recomputes a channel's head and scheduling key from the message index.
 -- The caller holds the channel row lock.
 CREATE OR REPLACE FUNCTION lonnymq._channel_refresh(p_channel_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queue_id integer;
@@ -299,7 +298,7 @@ COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and 
 -- dequeue tries again. Only at READ COMMITTED, where the refresh reads with a
 -- snapshot taken after the lock. The caller holds the channel row.
 CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lock_key integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT lonnymq._read_committed()
@@ -321,7 +320,7 @@ COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
 -- and dequeue may share them. How many hints it reads past busy channels is
 -- bounded by what was produced while they were held (at most 10000).
 CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel_id bigint;
@@ -377,7 +376,7 @@ COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer)
 
 -- Copies a message into the archive with its outcome.
 CREATE OR REPLACE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     INSERT INTO lonnymq.message_archive
@@ -431,7 +430,7 @@ COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at 
 -- the snapshot with a serialization failure (40001): retry the transaction.
 -- NULL when the channel does not exist (any more).
 CREATE OR REPLACE FUNCTION lonnymq._pin_channel(p_channel_id bigint) RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
@@ -452,7 +451,7 @@ COMMENT ON FUNCTION lonnymq._pin_channel(bigint)
 -- head lock held shared until commit, tried (a head being raised right now
 -- means: write the hint).
 CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     RETURN lonnymq._read_committed()
@@ -465,7 +464,7 @@ COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer hold
 -- channel_delete) outside READ COMMITTED: an older snapshot misses messages
 -- committed since, which no lock can bring back.
 CREATE OR REPLACE FUNCTION lonnymq._require_read_committed(p_function text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT lonnymq._read_committed() THEN
@@ -483,7 +482,7 @@ COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) ou
 -- this pins the channel and, if accounted, locks its row for the update:
 -- always message first, then channel.
 CREATE OR REPLACE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
@@ -530,7 +529,7 @@ COMMENT ON FUNCTION lonnymq._settle_locked(lonnymq.message, text, text)
 -- channel_delete and the sweep exclude them.
 CREATE OR REPLACE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
 RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
@@ -773,7 +772,7 @@ COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Vali
 
 -- The id of the live message with this dedup key in the queue, if any.
 CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_dedup_key IS NULL THEN
@@ -793,7 +792,7 @@ CREATE OR REPLACE FUNCTION lonnymq._create_one(
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
     p_sweep boolean, OUT status text, OUT id bigint
 )
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
@@ -1186,7 +1185,7 @@ COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at show
 -- capacity count needs.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_deferred(p_message lonnymq.message, p_max_attempts integer,
                                                          p_holds_channel boolean, p_queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM lonnymq._archive(p_message, 'dead',
@@ -1207,7 +1206,7 @@ COMMENT ON FUNCTION lonnymq._dead_letter_deferred(lonnymq.message, integer, bool
 -- channel keeps its place: exactly what single dequeues in a row would do.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_heads(p_channel lonnymq.channel, p_now_ms bigint,
                                                       p_holds_channel boolean, p_queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_head lonnymq.message;
@@ -1232,7 +1231,7 @@ COMMENT ON FUNCTION lonnymq._dead_letter_heads(lonnymq.channel, bigint, boolean,
 -- waiting: returns false (nothing done) when they are busy.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_expired(p_message lonnymq.message, p_channel lonnymq.channel,
                                                         p_queue text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     -- The channel pinned, without waiting (see _pin_channel), or for update
@@ -1263,7 +1262,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_expired(p_queue lonnymq.queue, p_now
                                                     p_want integer)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1321,7 +1320,7 @@ COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, inte
 -- only ever makes the next real one later, never earlier.
 CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint,
                                                        p_may_raise boolean) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT (p_may_raise AND lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key)) THEN
@@ -1353,7 +1352,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_m
                                                   p_only bigint[], p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1446,7 +1445,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_channelless(p_queue lonnymq.queue, p
                                                         p_want integer, p_turn_seq bigint)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -1490,7 +1489,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms
                                                  p_hinted bigint[], p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1545,7 +1544,7 @@ CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel 
                                                p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1740,7 +1739,7 @@ COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
 -- when the caller holds the current delivery; otherwise a status
 -- (not_found, state_invalid) in p_status.
 CREATE OR REPLACE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF p_id IS NULL THEN

@@ -8,7 +8,7 @@
 -- channel_delete and the sweep exclude them.
 CREATE OR REPLACE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
 RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;

@@ -36,7 +36,7 @@ COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Vali
 
 -- The id of the live message with this dedup key in the queue, if any.
 CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_dedup_key IS NULL THEN
@@ -56,7 +56,7 @@ CREATE OR REPLACE FUNCTION lonnymq._create_one(
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
     p_sweep boolean, OUT status text, OUT id bigint
 )
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;

@@ -34,7 +34,7 @@ COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at show
 -- capacity count needs.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_deferred(p_message lonnymq.message, p_max_attempts integer,
                                                          p_holds_channel boolean, p_queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM lonnymq._archive(p_message, 'dead',
@@ -55,7 +55,7 @@ COMMENT ON FUNCTION lonnymq._dead_letter_deferred(lonnymq.message, integer, bool
 -- channel keeps its place: exactly what single dequeues in a row would do.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_heads(p_channel lonnymq.channel, p_now_ms bigint,
                                                       p_holds_channel boolean, p_queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_head lonnymq.message;
@@ -80,7 +80,7 @@ COMMENT ON FUNCTION lonnymq._dead_letter_heads(lonnymq.channel, bigint, boolean,
 -- waiting: returns false (nothing done) when they are busy.
 CREATE OR REPLACE FUNCTION lonnymq._dead_letter_expired(p_message lonnymq.message, p_channel lonnymq.channel,
                                                         p_queue text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     -- The channel pinned, without waiting (see _pin_channel), or for update
@@ -111,7 +111,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_expired(p_queue lonnymq.queue, p_now
                                                     p_want integer)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -169,7 +169,7 @@ COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, inte
 -- only ever makes the next real one later, never earlier.
 CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint,
                                                        p_may_raise boolean) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT (p_may_raise AND lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key)) THEN
@@ -201,7 +201,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_m
                                                   p_only bigint[], p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -294,7 +294,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_channelless(p_queue lonnymq.queue, p
                                                         p_want integer, p_turn_seq bigint)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -338,7 +338,7 @@ CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms
                                                  p_hinted bigint[], p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -393,7 +393,7 @@ CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel 
                                                p_raises integer)
 RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE

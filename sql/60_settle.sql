@@ -8,7 +8,7 @@
 -- when the caller holds the current delivery; otherwise a status
 -- (not_found, state_invalid) in p_status.
 CREATE OR REPLACE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF p_id IS NULL THEN

@@ -10,24 +10,24 @@ SELECT plan(14);
 
 -- search_path: pinned, exactly these two schemas, pg_temp last (unquoted:
 -- 'pg_catalog, pg_temp' quoted would be a single schema name).
+-- Every function another role can reach (the API, the validators granted to
+-- PUBLIC) and the generated column's key function pin it. Internal helpers do
+-- not (see sql/20_internal.sql: a SET clause costs a GUC save and restore per
+-- call and stops inlining): they run only inside those, under their pinned
+-- path, so no role but the owner may execute them.
 SELECT is(
     (SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text) FROM pg_proc p
      WHERE p.pronamespace = 'lonnymq'::regnamespace
-       AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']
-       AND p.proname NOT IN ('_now_ms', '_ready_ms', '_accounted', '_read_committed', '_dequeue_at',
-                             '_priority_step_ms', '_head_lock_class', '_waiting_lock_class',
-                             '_producing_lock_class', '_head_lock_budget')),
-    NULL, 'every function sets search_path = pg_catalog, pg_temp and nothing else, but the inlined expression helpers');
--- Those are inlined into lonnymq's own statements (see sql/20_internal.sql): one-expression
--- SQL functions, no SET clause at all (any would stop inlining), invoker's rights, and not
--- executable by PUBLIC, so they only ever run under a pinned search_path.
+       AND (p.proname NOT LIKE '\_%' OR has_function_privilege('public', p.oid, 'EXECUTE')
+            OR p.proname = '_channel_lock_key')
+       AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']),
+    NULL, 'every function others can call sets search_path = pg_catalog, pg_temp and nothing else');
 SELECT is(
-    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+    (SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text) FROM pg_proc p
      WHERE p.pronamespace = 'lonnymq'::regnamespace
-       AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']
-       AND (p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'sql') OR p.proconfig IS NOT NULL
-            OR p.prosecdef OR p.proretset OR has_function_privilege('public', p.oid, 'EXECUTE'))),
-    NULL, 'the inlined helpers are plain SQL expressions, invoker''s rights, closed to PUBLIC');
+       AND p.proconfig IS NULL
+       AND (p.prosecdef OR has_function_privilege('public', p.oid, 'EXECUTE') OR p.proname NOT LIKE '\_%')),
+    NULL, 'functions without a pinned search_path are internal: invoker''s rights, closed to PUBLIC');
 SELECT cmp_ok((SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'lonnymq'::regnamespace),
               '>=', 40::bigint, 'and there are functions to check');
 
