@@ -451,12 +451,11 @@ COMMENT ON FUNCTION lonnymq._pin_channel(bigint)
 -- head lock held shared until commit, tried (a head being raised right now
 -- means: write the hint).
 CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 AS $$
-BEGIN
-    RETURN lonnymq._read_committed()
-           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key);
-END
+    SELECT CASE WHEN lonnymq._read_committed()
+                THEN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key)
+                ELSE false END
 $$;
 COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
 
@@ -994,7 +993,7 @@ DECLARE
     v_names text[];
     v_name text;
     v_bad timestamptz;
-    v_channel lonnymq.channel;
+    v_pinned text[] := '{}';       -- existing channels pinned in one statement
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     i integer;
 BEGIN
@@ -1068,15 +1067,29 @@ BEGIN
                    SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
-    -- Take every channel (creating new ones) in name order first: two batches
-    -- that create the same new channels then cannot wait on each other in a cycle.
-    FOREACH v_name IN ARRAY v_names LOOP
-        v_channel := lonnymq._channel_for_create(v_queue_id, v_name, false);
-        IF pg_catalog.cardinality(v_head_held) < lonnymq._head_lock_budget()
-           AND lonnymq._hold_head_lock(v_channel.lock_key) THEN
-            v_head_held := v_head_held || v_channel.id;
-        END IF;
+    -- Take every channel first: the existing ones pinned in one statement
+    -- (at READ COMMITTED; elsewhere _channel_for_create also checks each is
+    -- current), then the new ones created one by one, in name order: two
+    -- batches that create the same new channels cannot wait on each other in
+    -- a cycle.
+    IF lonnymq._read_committed() THEN
+        SELECT coalesce(pg_catalog.array_agg(x.name), '{}') INTO v_pinned
+        FROM (SELECT c.name FROM lonnymq.channel c
+              WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
+              ORDER BY c.name
+              FOR KEY SHARE) x;
+    END IF;
+    FOR v_name IN SELECT n FROM pg_catalog.unnest(v_names) n EXCEPT SELECT p FROM pg_catalog.unnest(v_pinned) p
+                  ORDER BY 1 LOOP
+        PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
     END LOOP;
+    -- Head locks (see _hold_head_lock), tried in one statement, at most the budget.
+    SELECT coalesce(pg_catalog.array_agg(x.id), '{}') INTO v_head_held
+    FROM (SELECT c.id, c.lock_key FROM lonnymq.channel c
+          WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
+          ORDER BY c.name
+          LIMIT lonnymq._head_lock_budget()) x
+    WHERE lonnymq._hold_head_lock(x.lock_key);
     v_now_ms := lonnymq._now_ms();
 
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k WHERE k IS NOT NULL) THEN

@@ -368,12 +368,11 @@ COMMENT ON FUNCTION lonnymq._pin_channel(bigint)
 -- head lock held shared until commit, tried (a head being raised right now
 -- means: write the hint).
 CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 AS $$
-BEGIN
-    RETURN lonnymq._read_committed()
-           AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key);
-END
+    SELECT CASE WHEN lonnymq._read_committed()
+                THEN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key)
+                ELSE false END
 $$;
 COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
 
