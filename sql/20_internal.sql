@@ -61,6 +61,42 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (22023).';
 
+-- Array arguments of the batch functions: one-dimensional with lower bound 1
+-- (or empty, or NULL: the caller decides whether NULL is allowed). They are
+-- read as a[1..n] and unnested side by side, so '[0:1]={a,b}' or a
+-- two-dimensional array would silently pair the wrong elements.
+CREATE OR REPLACE FUNCTION lonnymq._check_array(p_array anyarray, p_argument text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format(
+            '%s must be a one-dimensional array starting at index 1, got dimensions %s',
+            p_argument, pg_catalog.array_dims(p_array)));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_array(anyarray, text) IS 'Validates the shape of a batch array argument.';
+
+-- An age (archive_prune's older_than, the maintenance job's retention):
+-- finite, and each part (months, days, time) 0 or more. With mixed signs a
+-- small-looking interval ('100000 years -36000000 days') would still leave the
+-- range of timestamps when now() minus it is computed part by part.
+CREATE OR REPLACE FUNCTION lonnymq._check_age(p_age interval, p_argument text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_age IS NULL OR NOT pg_catalog.isfinite(p_age)
+       OR EXTRACT(YEAR FROM p_age) < 0 OR EXTRACT(MONTH FROM p_age) < 0 OR EXTRACT(DAY FROM p_age) < 0
+       OR EXTRACT(HOUR FROM p_age) < 0 OR EXTRACT(MINUTE FROM p_age) < 0
+       OR EXTRACT(MICROSECONDS FROM p_age) < 0 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format('%s must be a finite interval with no negative part',
+                                                   p_argument));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_age(interval, text) IS 'Validates an age interval: finite, no negative part.';
+
 -- Queue and channel names: non-empty, bounded, printable enough for logs.
 CREATE OR REPLACE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp

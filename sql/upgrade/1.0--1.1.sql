@@ -21,3 +21,22 @@ DROP FUNCTION lonnymq._notify(text, text, text);
 DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
 DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
 DROP FUNCTION lonnymq._lock_class();
+
+-- Dedup keys are scoped to their channel (the queue's channel-less messages
+-- share one scope): one tenant's key no longer answers another tenant's create.
+DROP INDEX lonnymq.message_dedup_idx;
+CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
+    WHERE dedup_key IS NOT NULL;
+DROP FUNCTION lonnymq._live_duplicate(integer, text);
+
+-- Idempotency keys are scoped to the queue and the channels of the batch.
+-- Keys recorded by 1.0 keep an empty digest, which message_create_batch
+-- still treats as queue-wide, so a retry across the upgrade is not repeated.
+ALTER TABLE lonnymq.batch ADD COLUMN channels_digest bytea NOT NULL DEFAULT '';
+ALTER TABLE lonnymq.batch ALTER COLUMN channels_digest DROP DEFAULT;
+ALTER TABLE lonnymq.batch DROP CONSTRAINT batch_pkey;
+ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_digest);
+
+-- release_interval_ms is bounded (1000 years) so that no turn time plus it
+-- can overflow; a larger one already set would fail every dequeue of its queue.
+UPDATE lonnymq.channel SET release_interval_ms = 31557600000000 WHERE release_interval_ms > 31557600000000;
