@@ -300,3 +300,49 @@ def test_stop_before_run_is_not_lost(queue: Queue) -> None:
     worker.stop()
     worker.run()  # returns at once instead of running forever
     assert worker.counts["completed"] == 0
+
+
+def flood(dsn: str, queue_name: str, stop: threading.Event) -> int:
+    """Forged ``created`` notifications for the queue, as fast as one connection sends them
+    (any role may NOTIFY); returns how many were sent."""
+    payload = f'{{"queue": "{queue_name}", "event": "created"}}'
+    sent = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            conn.execute("SELECT pg_notify('lonnymq', %s)", (payload,))
+            sent += 1
+    return sent
+
+
+def test_forged_notifications_cause_a_bounded_number_of_dequeues(
+    dsn: str, queue: Queue, start_worker: Any
+) -> None:
+    """A flood of forged NOTIFYs took an idle worker from 0 to 511 dequeue calls in 5 s.
+    Wake-ups are hints: while they keep finding nothing, the next dequeue waits longer (up
+    to a second); a real message is still picked up."""
+    calls: list[float] = []
+    real_dequeue = queue.dequeue
+
+    def counting_dequeue(*args: Any, **kwargs: Any) -> list[Message]:
+        calls.append(time.monotonic())
+        return real_dequeue(*args, **kwargs)
+
+    queue.dequeue = counting_dequeue  # type: ignore[method-assign]
+    picked = threading.Event()
+    worker = Worker(queue, lambda m: picked.set(), max_sleep_ms=60_000)
+    start_worker(worker)
+    assert worker.sleeping.wait(10), "worker never went idle"
+    stop = threading.Event()
+    sent: list[int] = []
+    flooder = threading.Thread(target=lambda: sent.append(flood(dsn, queue.name, stop)))
+    calls.clear()
+    flooder.start()
+    time.sleep(4.0)
+    during = len(calls)
+    queue.create("real work")
+    assert picked.wait(10), "the real message was not picked up during the flood"
+    stop.set()
+    flooder.join(10)
+    assert sent[0] > 200, sent  # it really was a flood
+    # 20 ms doubling to 1 s between empty dequeues: about 8 in 4 s.
+    assert during <= 12, f"{during} dequeues for {sent[0]} forged notifications"

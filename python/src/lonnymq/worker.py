@@ -133,6 +133,7 @@ class Worker:
 
     def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
+        woken_early = False  # whether the last sleep was cut short by a wake-up
         while not self._stopping.is_set():
             # Clear before looking, so a wake-up that arrives while we look is not lost.
             self._wake.clear()
@@ -143,7 +144,7 @@ class Worker:
             try:
                 messages = self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
                 if messages:
-                    retry_ms = _timing.MIN_RETRY_MS
+                    retry_ms, woken_early = _timing.MIN_RETRY_MS, False
                     for message in messages:
                         self._start(message)
                     continue
@@ -152,14 +153,20 @@ class Worker:
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
-                    self._wake.wait(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000)
+                    planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
+                    started = time.monotonic()
+                    woken = self._wake.wait(planned_ms / 1000)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
                 self.sleeping.clear()
                 self._stopping.wait(1.0)
                 continue
-            retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
+            if woken:
+                # Wake-ups are hints (any role may NOTIFY lonnymq): see _timing.
+                self._stopping.wait(_timing.early_wake_floor_s(retry_ms, planned_ms, started))
+            retry_ms = _timing.next_retry_ms(retry_ms, hint, woken_early)
+            woken_early = woken
 
     def _start(self, message: Message) -> None:
         with self._lock:
