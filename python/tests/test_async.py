@@ -184,3 +184,46 @@ def test_every_rejects_non_positive_intervals(aqueue: AsyncQueue, interval: int)
     worker = AsyncWorker(aqueue, lambda m: asyncio.sleep(0), handle_signals=False)
     with pytest.raises(ValueError):
         worker.every(interval, "x", lambda m: asyncio.sleep(0))
+
+
+async def test_forged_notifications_cause_a_bounded_number_of_dequeues(
+    dsn: str, aqueue: AsyncQueue
+) -> None:
+    """As for Worker (test_worker.py): a flood of forged NOTIFYs for the queue costs an idle
+    AsyncWorker about a dequeue a second, and real work is still picked up."""
+    calls: list[float] = []
+    real_dequeue = aqueue.dequeue
+
+    async def counting_dequeue(*args: Any, **kwargs: Any) -> list[AsyncMessage]:
+        calls.append(time.monotonic())
+        return await real_dequeue(*args, **kwargs)
+
+    aqueue.dequeue = counting_dequeue  # type: ignore[method-assign]
+    picked = asyncio.Event()
+
+    async def handler(message: AsyncMessage) -> None:
+        picked.set()
+
+    worker = AsyncWorker(aqueue, handler, max_sleep_ms=60_000, handle_signals=False)
+    task = asyncio.create_task(worker.run())
+    await wait_until(worker.sleeping.is_set)
+    stop = threading.Event()
+    payload = f'{{"queue": "{aqueue.name}", "event": "created"}}'
+
+    def flood() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                conn.execute("SELECT pg_notify('lonnymq', %s)", (payload,))
+
+    flooder = threading.Thread(target=flood)
+    calls.clear()
+    flooder.start()
+    await asyncio.sleep(4.0)
+    during = len(calls)
+    await aqueue.create("real work")
+    await asyncio.wait_for(picked.wait(), 10)
+    stop.set()
+    flooder.join(10)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert during <= 12, f"{during} dequeues in 4 s of forged notifications"
