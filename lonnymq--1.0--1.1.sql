@@ -4,6 +4,29 @@
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.1'" to load this file. \quit
 
+-- A schema that another role than the extension's owner owns lets that role
+-- rename it and plant look-alikes that the SECURITY DEFINER functions call
+-- (1.0 installed into such a schema, and a superuser's pg_restore without
+-- --role leaves one): refuse to go on until it is the owner's again.
+DO $guard$
+DECLARE
+    v_owner oid;
+    v_extension_owner oid;
+BEGIN
+    SELECT n.nspowner INTO v_owner FROM pg_catalog.pg_namespace n
+    WHERE n.nspname OPERATOR(pg_catalog.=) 'lonnymq';
+    SELECT e.extowner INTO v_extension_owner FROM pg_catalog.pg_extension e
+    WHERE e.extname OPERATOR(pg_catalog.=) 'lonnymq';
+    IF v_owner OPERATOR(pg_catalog.<>) v_extension_owner THEN
+        RAISE EXCEPTION 'lonnymq: schema lonnymq is owned by role %, not by %, who owns the extension',
+            pg_catalog.pg_get_userbyid(v_owner), pg_catalog.pg_get_userbyid(v_extension_owner)
+            USING ERRCODE = '42501',
+                  HINT = 'Check the schema for objects you did not create, then make it the extension owner''s '
+                         '(ALTER SCHEMA lonnymq OWNER TO ...) and update again.';
+    END IF;
+END
+$guard$;
+
 -- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
 -- claim helper is gone.
 DROP FUNCTION lonnymq._claim(bigint, bigint);
