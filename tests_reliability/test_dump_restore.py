@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from lonnymq import Queue
 from psycopg import sql
 
@@ -198,6 +199,8 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
         src = dsn_for(ADMIN_DSN, source, user=owner)
         with psycopg.connect(src, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION lonnymq")
+            # The README's guard against DROP EXTENSION travels with the dump.
+            conn.execute("CREATE VIEW public.lonnymq_drop_guard AS SELECT m.id FROM lonnymq.message m WHERE false")
         with Queue(src, "owned", pool_size=1) as q:
             q.create_batch(["a", "b"], channel="acme")
         assert owners(src) == {owner}
@@ -220,6 +223,10 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
                 assert q.stats().ready == 2
                 assert len(q.dequeue(lock_ms=60_000, max_messages=5)) == 2
             assert verify(dst) == []
+            with psycopg.connect(dst, autocommit=True) as conn, pytest.raises(
+                psycopg.errors.DependentObjectsStillExist
+            ):
+                conn.execute("DROP EXTENSION lonnymq")
     finally:
         for db in (source, *targets):
             drop_database(ADMIN_DSN, db)
