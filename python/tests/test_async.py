@@ -33,9 +33,10 @@ async def test_every_call_and_status(aqueue: AsyncQueue) -> None:
     assert (await aqueue.create("dup", channel="c", dedup_key="k")).id == first.id
     batch = await aqueue.create_batch(["b", "c", "d", "e"], channel="c", idempotency_key="i")
     assert [r.status for r in batch] == ["created"] * 4
-    assert {r.status for r in await aqueue.create_batch(["x"], idempotency_key="i")} == {
-        "duplicate_batch"
-    }
+    # The key is scoped to the queue and the batch's channels: same channel, same batch.
+    assert {
+        r.status for r in await aqueue.create_batch(["x"], channel="c", idempotency_key="i")
+    } == {"duplicate_batch"}
     assert await aqueue.wait_hint_ms() == 0
     m1, m2, m3, m4 = await aqueue.dequeue(lock_ms=10_000, max_messages=4)
     assert m1.json() == {"n": 1} and m1.num_attempts == 1

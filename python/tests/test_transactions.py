@@ -88,7 +88,9 @@ def test_producers_notify_only_while_a_consumer_waits(dsn: str, queue: Queue) ->
         with queue.waiting() as hint:
             assert hint == 0  # the message above is ready
             queue.create("someone waits")
-            assert notified(listener, queue) == [f'{{"queue" : "{queue.name}", "event" : "created"}}']
+            assert notified(listener, queue) == [
+                f'{{"queue" : "{queue.name}", "event" : "created"}}'
+            ]
         queue.create("nobody waits again")
         assert notified(listener, queue) == []
 
