@@ -70,7 +70,8 @@ def code_of(script: str) -> str:
 
 def operators_in_script() -> set[str]:
     """Operator tokens of the install script, outside comments and string literals."""
-    text = code_of(script_text()).replace("#variable_conflict", "")
+    # (Without PL/pgSQL's #variable_conflict and <<labels>>, which are not operators.)
+    text = re.sub(r"<<\w+>>", "", code_of(script_text()).replace("#variable_conflict", ""))
     # "=>" names an argument, "*" is also SELECT *: neither needs a look-alike of its own.
     return set(re.findall(r"[-+*/<>=~!@#%^&|`?]+", text)) - {"=>"} | {"*"}
 
