@@ -228,3 +228,30 @@ async def test_forged_notifications_cause_a_bounded_number_of_dequeues(
     worker.stop()
     await asyncio.wait_for(task, 10)
     assert during <= 12, f"{during} dequeues in 4 s of forged notifications"
+
+
+async def test_a_settle_lost_with_its_connection_is_reissued(
+    dsn: str, aqueue: AsyncQueue, db: psycopg.Connection[Any]
+) -> None:
+    """As for Worker (test_worker.py): the settle's connection dies as the handler returns;
+    the AsyncWorker re-issues it with the same attempt number instead of leaving the message
+    locked for its 60 s lock."""
+    await aqueue.create("job")
+    calls: list[int] = []
+
+    async def handler(message: AsyncMessage) -> None:
+        calls.append(message.num_attempts)
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killer.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND pid <> %s AND backend_type = 'client backend' AND state = 'idle'",
+                (db.info.backend_pid,),
+            )
+
+    worker = AsyncWorker(aqueue, handler, lock_ms=60_000, max_sleep_ms=200, handle_signals=False)
+    task = asyncio.create_task(worker.run())
+    await wait_until(lambda: live_ids(db, aqueue.name) == set(), timeout=15)
+    worker.stop()
+    await asyncio.wait_for(task, 15)
+    assert calls == [1] and worker.counts["completed"] == 1

@@ -346,3 +346,37 @@ def test_forged_notifications_cause_a_bounded_number_of_dequeues(
     assert sent[0] > 200, sent  # it really was a flood
     # 20 ms doubling to 1 s between empty dequeues: about 8 in 4 s.
     assert during <= 12, f"{during} dequeues for {sent[0]} forged notifications"
+
+
+def test_a_settle_lost_with_its_connection_is_reissued(
+    dsn: str, queue: Queue, start_worker: Any
+) -> None:
+    """The handler's work is done but the connection the settle would use dies (here every
+    idle backend of the database is terminated as the handler returns). The worker re-issues
+    the settle on another connection with the same attempt number: the message is completed
+    at once, not left locked until its 60 s lock runs out and then redelivered."""
+    queue.create("job")
+    calls: list[int] = []
+
+    def handler(message: Message) -> None:
+        calls.append(message.num_attempts)
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killed = killer.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend' AND state = 'idle'"
+            ).fetchone()
+        assert killed is not None and killed[0] > 0
+
+    worker = Worker(queue, handler, lock_ms=60_000, max_sleep_ms=200)
+    start_worker(worker)
+
+    def settled() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue.name,)
+            ).fetchone()
+        return row is not None and row[0] == 0
+
+    wait_for(settled, timeout=15, what="the re-issued completion")
+    assert calls == [1] and worker.counts["completed"] == 1

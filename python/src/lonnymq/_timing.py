@@ -41,3 +41,22 @@ def early_wake_floor_s(retry_ms: int, planned_ms: int, started: float) -> float:
     at once (the floor counts from the start of the sleep).
     """
     return max(0.0, min(retry_ms, planned_ms) / 1000 - (time.monotonic() - started))
+
+
+# A settle whose connection died is re-issued on another connection for at most this long
+# (and never past half the lock): first after SETTLE_RETRY_FIRST_S, doubling to 1 s.
+SETTLE_RETRY_MAX_S = 10.0
+SETTLE_RETRY_FIRST_S = 0.05
+
+
+def settle_retry_delays_s(lock_ms: int) -> list[float]:
+    """The pauses before each re-issue of a settle lost with its connection. The attempt
+    number (the fencing token) makes a re-issue safe: a settle that did commit before the
+    connection died, or a delivery redelivered since, is refused, never applied twice."""
+    budget = min(SETTLE_RETRY_MAX_S, lock_ms / 2000)
+    delays, delay, total = [], SETTLE_RETRY_FIRST_S, 0.0
+    while total + delay <= budget:
+        delays.append(delay)
+        total += delay
+        delay = min(delay * 2, 1.0)
+    return delays

@@ -228,17 +228,30 @@ class AsyncWorker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
+    async def _settle_once(self, message: AsyncMessage, outcome: _outcome.Outcome) -> str:
+        if outcome.action == "complete":
+            return await message.complete()
+        if outcome.action == "defer":
+            return await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
+        return await message.fail(outcome.error)
+
     async def _settle(self, message: AsyncMessage, outcome: _outcome.Outcome) -> None:
-        try:
-            if outcome.action == "complete":
-                status = await message.complete()
-            elif outcome.action == "defer":
-                status = await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-            else:
-                status = await message.fail(outcome.error)
-        except psycopg.Error as exc:
-            log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-            return
+        # As in Worker._settle: a settle lost with its connection is re-issued on another.
+        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+        while True:
+            try:
+                status = await self._settle_once(message, outcome)
+                break
+            except psycopg.OperationalError as exc:
+                delay = next(retries, None)
+                if delay is None:
+                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                    return  # the lock expires and the message is redelivered: nothing is lost
+                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
+                await asyncio.sleep(delay)
+            except psycopg.Error as exc:
+                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                return
         self.counts[status if status in self.counts else "refused"] += 1
         if status not in ("completed", "deferred", "failed"):
             log.warning("%s of message %s refused: %s", outcome.action, message.id, status)

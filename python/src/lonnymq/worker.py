@@ -215,18 +215,32 @@ class Worker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
+    def _settle_once(self, message: Message, outcome: _outcome.Outcome) -> str:
+        if outcome.action == "complete":
+            return message.complete()
+        if outcome.action == "defer":
+            return message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
+        return message.fail(outcome.error)
+
     def _settle(self, message: Message, outcome: _outcome.Outcome) -> None:
-        try:
-            if outcome.action == "complete":
-                status = message.complete()
-            elif outcome.action == "defer":
-                status = message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-            else:
-                status = message.fail(outcome.error)
-        except psycopg.Error as exc:
-            # The lock will expire and the message be redelivered: nothing is lost.
-            log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-            return
+        # A connection that died (a killed backend, a restart) does not leave the message
+        # locked until lock_ms runs out: the settle is re-issued on another connection.
+        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+        while True:
+            try:
+                status = self._settle_once(message, outcome)
+                break
+            except psycopg.OperationalError as exc:
+                delay = next(retries, None)
+                if delay is None:
+                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                    return  # the lock expires and the message is redelivered: nothing is lost
+                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
+                time.sleep(delay)
+            except psycopg.Error as exc:
+                # The lock will expire and the message be redelivered: nothing is lost.
+                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                return
         with self._lock:
             if status in self.counts:
                 self.counts[status] += 1
