@@ -4,6 +4,29 @@
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.1'" to load this file. \quit
 
+-- A schema that another role than the extension's owner owns lets that role
+-- rename it and plant look-alikes that the SECURITY DEFINER functions call
+-- (1.0 installed into such a schema, and a superuser's pg_restore without
+-- --role leaves one): refuse to go on until it is the owner's again.
+DO $guard$
+DECLARE
+    v_owner oid;
+    v_extension_owner oid;
+BEGIN
+    SELECT n.nspowner INTO v_owner FROM pg_catalog.pg_namespace n
+    WHERE n.nspname OPERATOR(pg_catalog.=) 'lonnymq';
+    SELECT e.extowner INTO v_extension_owner FROM pg_catalog.pg_extension e
+    WHERE e.extname OPERATOR(pg_catalog.=) 'lonnymq';
+    IF v_owner OPERATOR(pg_catalog.<>) v_extension_owner THEN
+        RAISE EXCEPTION 'lonnymq: schema lonnymq is owned by role %, not by %, who owns the extension',
+            pg_catalog.pg_get_userbyid(v_owner), pg_catalog.pg_get_userbyid(v_extension_owner)
+            USING ERRCODE = '42501',
+                  HINT = 'Check the schema for objects you did not create, then make it the extension owner''s '
+                         '(ALTER SCHEMA lonnymq OWNER TO ...) and update again.';
+    END IF;
+END
+$guard$;
+
 -- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
 -- claim helper is gone.
 DROP FUNCTION lonnymq._claim(bigint, bigint);
@@ -21,6 +44,25 @@ DROP FUNCTION lonnymq._notify(text, text, text);
 DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
 DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
 DROP FUNCTION lonnymq._lock_class();
+
+-- Dedup keys are scoped to their channel (the queue's channel-less messages
+-- share one scope): one tenant's key no longer answers another tenant's create.
+DROP INDEX lonnymq.message_dedup_idx;
+CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
+    WHERE dedup_key IS NOT NULL;
+DROP FUNCTION lonnymq._live_duplicate(integer, text);
+
+-- Idempotency keys are scoped to the queue and the channels of the batch.
+-- Keys recorded by 1.0 keep an empty digest, which message_create_batch
+-- still treats as queue-wide, so a retry across the upgrade is not repeated.
+ALTER TABLE lonnymq.batch ADD COLUMN channels_digest bytea NOT NULL DEFAULT '';
+ALTER TABLE lonnymq.batch ALTER COLUMN channels_digest DROP DEFAULT;
+ALTER TABLE lonnymq.batch DROP CONSTRAINT batch_pkey;
+ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_digest);
+
+-- release_interval_ms is bounded (1000 years) so that no turn time plus it
+-- can overflow; a larger one already set would fail every dequeue of its queue.
+UPDATE lonnymq.channel SET release_interval_ms = 31557600000000 WHERE release_interval_ms > 31557600000000;
 -- ===========================================================================
 -- Advisory lock keys of channels. Defined before the tables: the channel
 -- table keeps its key in a generated column (see 10_tables.sql).
@@ -142,6 +184,42 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (22023).';
+
+-- Array arguments of the batch functions: one-dimensional with lower bound 1
+-- (or empty, or NULL: the caller decides whether NULL is allowed). They are
+-- read as a[1..n] and unnested side by side, so '[0:1]={a,b}' or a
+-- two-dimensional array would silently pair the wrong elements.
+CREATE OR REPLACE FUNCTION lonnymq._check_array(p_array anyarray, p_argument text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format(
+            '%s must be a one-dimensional array starting at index 1, got dimensions %s',
+            p_argument, pg_catalog.array_dims(p_array)));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_array(anyarray, text) IS 'Validates the shape of a batch array argument.';
+
+-- An age (archive_prune's older_than, the maintenance job's retention):
+-- finite, and each part (months, days, time) 0 or more. With mixed signs a
+-- small-looking interval ('100000 years -36000000 days') would still leave the
+-- range of timestamps when now() minus it is computed part by part.
+CREATE OR REPLACE FUNCTION lonnymq._check_age(p_age interval, p_argument text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_age IS NULL OR NOT pg_catalog.isfinite(p_age)
+       OR EXTRACT(YEAR FROM p_age) < 0 OR EXTRACT(MONTH FROM p_age) < 0 OR EXTRACT(DAY FROM p_age) < 0
+       OR EXTRACT(HOUR FROM p_age) < 0 OR EXTRACT(MINUTE FROM p_age) < 0
+       OR EXTRACT(MICROSECONDS FROM p_age) < 0 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format('%s must be a finite interval with no negative part',
+                                                   p_argument));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_age(interval, text) IS 'Validates an age interval: finite, no negative part.';
 
 -- Queue and channel names: non-empty, bounded, printable enough for logs.
 CREATE OR REPLACE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
@@ -312,13 +390,46 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
     IS 'Raises a drained channel head when no producer is in flight; whether it did.';
 
--- Folds due producer hints into channel heads, for up to p_limit channels.
--- Channels held by another transaction (a dequeuer or settler about to
--- commit, which folds them in itself next time) are passed over, with their
--- hints: this never waits, so dequeue never waits. Returns those busy
--- channels: their messages are ready even if no committed head says so yet,
--- and dequeue may share them. How many hints it reads past busy channels is
--- bounded by what was produced while they were held (at most 10000).
+-- Folds a busy channel's due hints into one, its earliest: the head only
+-- ever needs the earliest. Run by a dequeuer that cannot have the channel
+-- row, so that a channel held for long (its producers write a hint per
+-- message meanwhile) never leaves more than a few hints in front of other
+-- channels' new work. The earliest goes back in the same transaction.
+CREATE OR REPLACE FUNCTION lonnymq._collapse_hints(p_queue_id integer, p_channel_id bigint, p_now_ms bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- The common case, one due hint: nothing to fold (one probe).
+    IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.channel_hint h
+                                         WHERE h.channel_id = p_channel_id AND h.dequeue_ms <= p_now_ms
+                                         LIMIT 2) x) < 2 THEN
+        RETURN;
+    END IF;
+    -- By ctid, skipping hints someone else is deleting: a DELETE by channel
+    -- would wait for them.
+    WITH spent AS (
+        DELETE FROM lonnymq.channel_hint h
+        WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
+                                  WHERE d.channel_id = p_channel_id AND d.dequeue_ms <= p_now_ms
+                                  FOR UPDATE SKIP LOCKED))
+        RETURNING h.dequeue_ms)
+    INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+    SELECT p_queue_id, p_channel_id, pg_catalog.min(spent.dequeue_ms) FROM spent
+    HAVING pg_catalog.min(spent.dequeue_ms) IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._collapse_hints(integer, bigint, bigint)
+    IS 'Folds the due hints of a busy channel into its earliest one, without waiting.';
+
+-- Folds due producer hints into channel heads, for up to p_limit channels,
+-- taking channels in the order of their earliest due hint. Channels held by
+-- another transaction (a dequeuer or settler about to commit, which folds
+-- them in itself next time) are passed over, their hints folded into one
+-- (_collapse_hints): this never waits, so dequeue never waits, and nothing
+-- one tenant does leaves more than one hint of a held channel in front of
+-- another tenant's ready work. Returns those busy channels: their messages
+-- are ready even if no committed head says so yet, and dequeue may share them.
 CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -329,44 +440,63 @@ DECLARE
     v_seen bigint[] := '{}';
     v_busy bigint[] := '{}';
     v_refreshed integer := 0;
+    v_read integer;
 BEGIN
-    FOR v_channel_id IN
-        SELECT h.channel_id FROM lonnymq.channel_hint h
-        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
-        ORDER BY h.dequeue_ms
-        LIMIT 10000
+    -- Due hints in windows of 100, earliest first; a window that ends before
+    -- p_limit channels were refreshed is followed by the next, past the
+    -- channels seen. Every channel seen keeps at most one due hint (or those
+    -- another dequeuer is folding), so the next window does not read a held
+    -- channel's backlog again. Usually one window is all there is.
+    <<windows>>
     LOOP
-        CONTINUE WHEN v_channel_id = ANY (v_seen);
-        v_seen := v_seen || v_channel_id;
-        SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
-        WHERE c.id = v_channel_id
-        FOR NO KEY UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            -- The head only has to be a lower bound of the earliest unlocked
-            -- message: the earliest deleted hint is one for the new messages.
-            -- In a backlog it is rarely earlier than the head: then the
-            -- channel row is not touched at all.
-            WITH spent AS (
+        v_read := 0;
+        FOR v_channel_id IN
+            SELECT h.channel_id FROM lonnymq.channel_hint h
+            WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms AND h.channel_id <> ALL (v_seen)
+            ORDER BY h.dequeue_ms
+            LIMIT 100
+        LOOP
+            v_read := v_read + 1;
+            CONTINUE WHEN v_channel_id = ANY (v_seen);
+            v_seen := v_seen || v_channel_id;
+            SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
+            WHERE c.id = v_channel_id
+            FOR NO KEY UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                -- The head only has to be a lower bound of the earliest unlocked
+                -- message: the earliest deleted hint is one for the new messages.
+                -- In a backlog it is rarely earlier than the head: then the
+                -- channel row is not touched at all.
+                -- By ctid, skipping hints a dequeuer folding them holds
+                -- (it puts their earliest back): a DELETE by channel would wait.
+                WITH spent AS (
+                    DELETE FROM lonnymq.channel_hint h
+                    WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
+                                              WHERE d.channel_id = v_channel_id AND d.dequeue_ms <= p_now_ms
+                                              FOR UPDATE SKIP LOCKED))
+                    RETURNING h.dequeue_ms)
+                SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
+                IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
+                    UPDATE lonnymq.channel c
+                    SET head_ms = least(c.head_ms, v_hint_ms),
+                        ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
+                                                     c.release_interval_ms, c.locked_count, c.max_concurrency,
+                                                     c.turn_seq)
+                    WHERE c.id = v_channel_id;
+                END IF;
+                v_refreshed := v_refreshed + 1;
+                EXIT windows WHEN v_refreshed >= p_limit;
+            ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+                v_busy := v_busy || v_channel_id;
+                PERFORM lonnymq._collapse_hints(p_queue_id, v_channel_id, p_now_ms);
+            ELSE
+                -- The channel was deleted: its leftover hints mean nothing.
                 DELETE FROM lonnymq.channel_hint h
-                WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms
-                RETURNING h.dequeue_ms)
-            SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
-            IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
-                UPDATE lonnymq.channel c
-                SET head_ms = least(c.head_ms, v_hint_ms),
-                    ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
-                                                 c.release_interval_ms, c.locked_count, c.max_concurrency,
-                                                 c.turn_seq)
-                WHERE c.id = v_channel_id;
+                WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
+                                          WHERE d.channel_id = v_channel_id FOR UPDATE SKIP LOCKED));
             END IF;
-            v_refreshed := v_refreshed + 1;
-            EXIT WHEN v_refreshed >= p_limit;
-        ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
-            v_busy := v_busy || v_channel_id;
-        ELSE
-            -- The channel was deleted: its leftover hints mean nothing.
-            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
-        END IF;
+        END LOOP;
+        EXIT windows WHEN v_read < 100;
     END LOOP;
     RETURN v_busy;
 END
@@ -583,8 +713,10 @@ BEGIN
     IF channel_set.max_concurrency IS NOT NULL AND channel_set.max_concurrency < 1 THEN
         PERFORM lonnymq._invalid('max_concurrency must be at least 1 or NULL');
     END IF;
-    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0 THEN
-        PERFORM lonnymq._invalid('release_interval_ms must be 0 or more');
+    -- Bounded like lock_ms: a turn time plus the interval must stay a bigint.
+    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0
+       OR channel_set.release_interval_ms > 31557600000000 THEN
+        PERFORM lonnymq._invalid('release_interval_ms must be between 0 and 1000 years');
     END IF;
     IF channel_set.max_size IS NOT NULL AND channel_set.max_size < 0 THEN
         PERFORM lonnymq._invalid('max_size must be 0 or more, or NULL');
@@ -769,18 +901,22 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Validates message arguments.';
 
--- The id of the live message with this dedup key in the queue, if any.
-CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
+-- The id of the live message with this dedup key in the channel (NULL: the
+-- queue's channel-less messages), if any. Keys are scoped like message_dedup_idx.
+CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_channel_id bigint, p_dedup_key text)
+RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_dedup_key IS NULL THEN
         RETURN NULL;
     END IF;
-    RETURN (SELECT m.id FROM lonnymq.message m WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key);
+    RETURN (SELECT m.id FROM lonnymq.message m
+            WHERE m.queue_id = p_queue_id AND coalesce(m.channel_id, 0) = coalesce(p_channel_id, 0)
+              AND m.dedup_key = p_dedup_key);
 END
 $$;
-COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message holding a dedup key.';
+COMMENT ON FUNCTION lonnymq._live_duplicate(integer, bigint, text) IS 'Live message holding a dedup key in a channel.';
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
@@ -812,7 +948,7 @@ BEGIN
             SELECT c.removed_count INTO v_removed FROM lonnymq.channel c WHERE c.id = v_channel.id;
             IF v_admitted - v_removed >= v_channel.max_size THEN
                 -- Full, but a live duplicate is still reported as such.
-                id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
+                id := lonnymq._live_duplicate(p_queue_id, v_channel.id, p_dedup_key);
                 status := CASE WHEN id IS NULL THEN 'dropped' ELSE 'deduplicated' END;
                 RETURN;
             END IF;
@@ -823,10 +959,10 @@ BEGIN
         INSERT INTO lonnymq.message AS m
             (queue_id, channel_id, content, state, num_attempts, dequeue_ms, priority, dedup_key)
         VALUES (p_queue_id, v_channel.id, p_content, p_state, p_num_attempts, v_dequeue_ms, p_priority, p_dedup_key)
-        ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING m.id INTO id;
         EXIT WHEN id IS NOT NULL;
-        id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
+        id := lonnymq._live_duplicate(p_queue_id, v_channel.id, p_dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;
@@ -933,7 +1069,7 @@ BEGIN
             SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
             WHERE v_max_size IS NULL
-            ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+            ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
         ), hinted AS (
             -- A hint only when the message is earlier than the channel's
@@ -950,7 +1086,7 @@ BEGIN
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
-        id := lonnymq._live_duplicate(v_queue_id, message_create.dedup_key);
+        id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;
@@ -968,8 +1104,9 @@ COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigin
     IS 'Creates a message: (created|deduplicated|dropped, id).';
 
 -- Creates many messages in input order, each under every per-message rule.
--- With an idempotency_key already used in this queue, creates nothing and
--- answers duplicate_batch with the ids the first call created. Batches
+-- With an idempotency_key already used in this queue by a batch into the same
+-- channels, creates nothing and answers duplicate_batch with the ids the
+-- first call created. Batches
 -- without dedup keys and without capped channels take a set-based path (one
 -- INSERT, one hint per channel); the others go message by message.
 CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
@@ -995,15 +1132,17 @@ DECLARE
     v_bad timestamptz;
     v_pinned text[] := '{}';       -- existing channels pinned in one statement
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
+    v_digest bytea;                -- scope of the idempotency key
     i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
     IF message_create_batch.contents IS NULL THEN
         PERFORM lonnymq._invalid('contents must not be NULL');
     END IF;
-    IF pg_catalog.array_ndims(message_create_batch.contents) > 1 THEN
-        PERFORM lonnymq._invalid('contents must be a one-dimensional array');
-    END IF;
+    PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
+    PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
+    PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
+    PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
     IF v_count > 100000 THEN
         PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
     END IF;
@@ -1049,12 +1188,20 @@ BEGIN
 
     v_queue_id := lonnymq._queue_id(message_create_batch.queue, true);
     IF message_create_batch.idempotency_key IS NOT NULL THEN
-        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key)
-        VALUES (v_queue_id, message_create_batch.idempotency_key)
-        ON CONFLICT (queue_id, idempotency_key) DO NOTHING;
+        -- The key's scope: this queue and this set of channels (see lonnymq.batch).
+        v_digest := pg_catalog.sha256(pg_catalog.convert_to(v_names::text, 'UTF8'));
+        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key, channels_digest)
+        SELECT v_queue_id, message_create_batch.idempotency_key, v_digest
+        WHERE NOT EXISTS (SELECT 1 FROM lonnymq.batch l  -- a key recorded by 1.0: queue-wide
+                          WHERE l.queue_id = v_queue_id AND l.idempotency_key = message_create_batch.idempotency_key
+                            AND l.channels_digest = ''::bytea)
+        ON CONFLICT (queue_id, idempotency_key, channels_digest) DO NOTHING;
         IF NOT FOUND THEN
             SELECT b.message_ids INTO v_previous FROM lonnymq.batch b
-            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
+              AND b.channels_digest IN (v_digest, ''::bytea)
+            ORDER BY b.channels_digest DESC
+            LIMIT 1;
             RETURN QUERY SELECT 'duplicate_batch'::text, v_previous[g]
                          FROM pg_catalog.generate_series(1, v_count) AS g;
             RETURN;
@@ -1127,7 +1274,8 @@ BEGIN
             END IF;
             IF message_create_batch.idempotency_key IS NOT NULL THEN
                 UPDATE lonnymq.batch b SET message_ids = v_ids
-                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
+                  AND b.channels_digest = v_digest;
             END IF;
             RETURN;
         END IF;
@@ -1156,7 +1304,8 @@ BEGIN
 
     IF message_create_batch.idempotency_key IS NOT NULL THEN
         UPDATE lonnymq.batch b SET message_ids = v_ids
-        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
+          AND b.channels_digest = v_digest;
     END IF;
 END
 $$;
@@ -1839,6 +1988,8 @@ BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
         PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
     END IF;
+    PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
+    PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
     IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
         PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
     END IF;
@@ -2099,12 +2250,11 @@ AS $$
 DECLARE
     v_removed bigint;
 BEGIN
-    IF archive_prune.older_than IS NULL OR archive_prune.older_than < '0'::interval
-       OR NOT pg_catalog.isfinite(archive_prune.older_than) THEN
-        PERFORM lonnymq._invalid('older_than must be a finite interval of 0 or more');
-    END IF;
-    IF archive_prune.older_than > '10000 years'::interval THEN
-        RETURN 0;  -- nothing is that old, and now() minus it may not be a timestamp
+    PERFORM lonnymq._check_age(archive_prune.older_than, 'older_than');
+    -- Nothing was archived 6000 years ago, and now() minus a longer interval
+    -- may not be a timestamp at all (the earliest is 4714 BC).
+    IF archive_prune.older_than > '6000 years'::interval THEN
+        RETURN 0;
     END IF;
     DELETE FROM lonnymq.message_archive a WHERE a.archived_at < pg_catalog.now() - archive_prune.older_than;
     GET DIAGNOSTICS v_removed = ROW_COUNT;
@@ -2119,14 +2269,19 @@ COMMENT ON FUNCTION lonnymq.archive_prune(interval) IS 'Removes archive rows old
 -- on a view shows its rows without opening the tables underneath. Functions
 -- inside a view run with the reader's rights, though: the views therefore use
 -- pg_catalog expressions only, never the revoked lonnymq helpers.
+-- Every operator in a view has operands of exactly the types of a pg_catalog
+-- operator (hence the ::float8 and ::numeric casts): an operator is bound once,
+-- when the view is created, and an inexact match (bigint * interval) could
+-- otherwise bind a look-alike with exactly those types from a writable schema.
 -- (2^48 ms is _priority_step_ms(), the distance between priority levels.)
 -- ===========================================================================
 
 CREATE OR REPLACE VIEW lonnymq.messages AS
 SELECT m.id, q.name AS queue, c.name AS channel, m.content, m.state, m.num_attempts,
-       'epoch'::timestamptz + (m.dequeue_ms + m.priority::bigint * 281474976710656) * '1 millisecond'::interval
+       'epoch'::timestamptz
+           + (m.dequeue_ms + m.priority::bigint * 281474976710656)::float8 * '1 millisecond'::interval
            AS dequeue_at,
-       'epoch'::timestamptz + m.locked_until_ms * '1 millisecond'::interval AS locked_until,
+       'epoch'::timestamptz + m.locked_until_ms::float8 * '1 millisecond'::interval AS locked_until,
        m.created_at, m.priority, m.dedup_key
 FROM lonnymq.message m
 JOIN lonnymq.queue q ON q.id = m.queue_id
@@ -2135,7 +2290,7 @@ COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
 -- Per channel, plus one row per queue (channel NULL) for channel-less messages.
 CREATE OR REPLACE VIEW lonnymq.channel_stats AS
-WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms),
+WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint AS ms),
 counts AS (
     SELECT m.queue_id, m.channel_id,
            pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS ready,
@@ -2422,10 +2577,7 @@ BEGIN
     IF maintenance_schedule.cron IS NULL OR pg_catalog.length(maintenance_schedule.cron) = 0 THEN
         PERFORM lonnymq._invalid('cron must be a cron schedule such as ''*/10 * * * *''');
     END IF;
-    IF maintenance_schedule.archive_retention IS NULL OR maintenance_schedule.archive_retention < '0'::interval
-       OR NOT pg_catalog.isfinite(maintenance_schedule.archive_retention) THEN
-        PERFORM lonnymq._invalid('archive_retention must be a finite interval of 0 or more');
-    END IF;
+    PERFORM lonnymq._check_age(maintenance_schedule.archive_retention, 'archive_retention');
     PERFORM lonnymq._require_pg_cron();
     BEGIN
         v_job_id := cron.schedule('lonnymq-maintenance', maintenance_schedule.cron,
@@ -2481,4 +2633,5 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA lonnymq FROM PUBLIC;
 -- The validators that the SECURITY INVOKER pg_cron functions call. They only
 -- inspect their arguments; reaching them still needs USAGE on the schema.
 GRANT EXECUTE ON FUNCTION lonnymq._invalid(text), lonnymq._check_name(text, text, boolean),
-    lonnymq._check_create(bytea, bigint, integer, text), lonnymq._require_pg_cron() TO PUBLIC;
+    lonnymq._check_create(bytea, bigint, integer, text), lonnymq._check_age(interval, text),
+    lonnymq._require_pg_cron() TO PUBLIC;

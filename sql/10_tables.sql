@@ -97,8 +97,10 @@ CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, i
 -- Locked messages by channel: whether a channel without accounting is in use.
 CREATE INDEX message_channel_locked_idx ON lonnymq.message (channel_id)
     WHERE locked_until_ms IS NOT NULL;
--- At most one live message per (queue, dedup_key).
-CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, dedup_key)
+-- At most one live message per (queue, channel, dedup_key): a key is scoped to
+-- its channel (a tenant's keys never collide with another tenant's), and the
+-- queue's channel-less messages share one scope (channel 0, an id never drawn).
+CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
     WHERE dedup_key IS NOT NULL;
 
 -- Insert-only notes from producers: "this channel may have a new earliest
@@ -125,12 +127,17 @@ CREATE TABLE lonnymq.channel_admission (
 COMMENT ON TABLE lonnymq.channel_admission IS 'Messages admitted into channels that have a max_size.';
 
 -- Idempotency keys of message_create_batch and the ids that batch created.
+-- A key is scoped to the queue and the set of channels the batch writes to
+-- (channels_digest: sha256 of their sorted distinct names), so one tenant's
+-- key never answers another tenant's batch. Keys recorded by 1.0 have an
+-- empty digest and stay scoped to the queue.
 CREATE TABLE lonnymq.batch (
     queue_id integer NOT NULL,
     idempotency_key text NOT NULL,
     message_ids bigint[] NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (queue_id, idempotency_key)
+    channels_digest bytea NOT NULL,
+    PRIMARY KEY (queue_id, idempotency_key, channels_digest)
 );
 CREATE INDEX batch_created_idx ON lonnymq.batch (created_at);
 COMMENT ON TABLE lonnymq.batch IS 'Idempotency keys of message_create_batch; pruned by archive_prune.';

@@ -60,6 +60,42 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (22023).';
 
+-- Array arguments of the batch functions: one-dimensional with lower bound 1
+-- (or empty, or NULL: the caller decides whether NULL is allowed). They are
+-- read as a[1..n] and unnested side by side, so '[0:1]={a,b}' or a
+-- two-dimensional array would silently pair the wrong elements.
+CREATE OR REPLACE FUNCTION lonnymq._check_array(p_array anyarray, p_argument text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format(
+            '%s must be a one-dimensional array starting at index 1, got dimensions %s',
+            p_argument, pg_catalog.array_dims(p_array)));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_array(anyarray, text) IS 'Validates the shape of a batch array argument.';
+
+-- An age (archive_prune's older_than, the maintenance job's retention):
+-- finite, and each part (months, days, time) 0 or more. With mixed signs a
+-- small-looking interval ('100000 years -36000000 days') would still leave the
+-- range of timestamps when now() minus it is computed part by part.
+CREATE OR REPLACE FUNCTION lonnymq._check_age(p_age interval, p_argument text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_age IS NULL OR NOT pg_catalog.isfinite(p_age)
+       OR EXTRACT(YEAR FROM p_age) < 0 OR EXTRACT(MONTH FROM p_age) < 0 OR EXTRACT(DAY FROM p_age) < 0
+       OR EXTRACT(HOUR FROM p_age) < 0 OR EXTRACT(MINUTE FROM p_age) < 0
+       OR EXTRACT(MICROSECONDS FROM p_age) < 0 THEN
+        PERFORM lonnymq._invalid(pg_catalog.format('%s must be a finite interval with no negative part',
+                                                   p_argument));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_age(interval, text) IS 'Validates an age interval: finite, no negative part.';
+
 -- Queue and channel names: non-empty, bounded, printable enough for logs.
 CREATE OR REPLACE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
@@ -229,13 +265,46 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
     IS 'Raises a drained channel head when no producer is in flight; whether it did.';
 
--- Folds due producer hints into channel heads, for up to p_limit channels.
--- Channels held by another transaction (a dequeuer or settler about to
--- commit, which folds them in itself next time) are passed over, with their
--- hints: this never waits, so dequeue never waits. Returns those busy
--- channels: their messages are ready even if no committed head says so yet,
--- and dequeue may share them. How many hints it reads past busy channels is
--- bounded by what was produced while they were held (at most 10000).
+-- Folds a busy channel's due hints into one, its earliest: the head only
+-- ever needs the earliest. Run by a dequeuer that cannot have the channel
+-- row, so that a channel held for long (its producers write a hint per
+-- message meanwhile) never leaves more than a few hints in front of other
+-- channels' new work. The earliest goes back in the same transaction.
+CREATE OR REPLACE FUNCTION lonnymq._collapse_hints(p_queue_id integer, p_channel_id bigint, p_now_ms bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- The common case, one due hint: nothing to fold (one probe).
+    IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.channel_hint h
+                                         WHERE h.channel_id = p_channel_id AND h.dequeue_ms <= p_now_ms
+                                         LIMIT 2) x) < 2 THEN
+        RETURN;
+    END IF;
+    -- By ctid, skipping hints someone else is deleting: a DELETE by channel
+    -- would wait for them.
+    WITH spent AS (
+        DELETE FROM lonnymq.channel_hint h
+        WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
+                                  WHERE d.channel_id = p_channel_id AND d.dequeue_ms <= p_now_ms
+                                  FOR UPDATE SKIP LOCKED))
+        RETURNING h.dequeue_ms)
+    INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+    SELECT p_queue_id, p_channel_id, pg_catalog.min(spent.dequeue_ms) FROM spent
+    HAVING pg_catalog.min(spent.dequeue_ms) IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._collapse_hints(integer, bigint, bigint)
+    IS 'Folds the due hints of a busy channel into its earliest one, without waiting.';
+
+-- Folds due producer hints into channel heads, for up to p_limit channels,
+-- taking channels in the order of their earliest due hint. Channels held by
+-- another transaction (a dequeuer or settler about to commit, which folds
+-- them in itself next time) are passed over, their hints folded into one
+-- (_collapse_hints): this never waits, so dequeue never waits, and nothing
+-- one tenant does leaves more than one hint of a held channel in front of
+-- another tenant's ready work. Returns those busy channels: their messages
+-- are ready even if no committed head says so yet, and dequeue may share them.
 CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -246,44 +315,63 @@ DECLARE
     v_seen bigint[] := '{}';
     v_busy bigint[] := '{}';
     v_refreshed integer := 0;
+    v_read integer;
 BEGIN
-    FOR v_channel_id IN
-        SELECT h.channel_id FROM lonnymq.channel_hint h
-        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
-        ORDER BY h.dequeue_ms
-        LIMIT 10000
+    -- Due hints in windows of 100, earliest first; a window that ends before
+    -- p_limit channels were refreshed is followed by the next, past the
+    -- channels seen. Every channel seen keeps at most one due hint (or those
+    -- another dequeuer is folding), so the next window does not read a held
+    -- channel's backlog again. Usually one window is all there is.
+    <<windows>>
     LOOP
-        CONTINUE WHEN v_channel_id = ANY (v_seen);
-        v_seen := v_seen || v_channel_id;
-        SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
-        WHERE c.id = v_channel_id
-        FOR NO KEY UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            -- The head only has to be a lower bound of the earliest unlocked
-            -- message: the earliest deleted hint is one for the new messages.
-            -- In a backlog it is rarely earlier than the head: then the
-            -- channel row is not touched at all.
-            WITH spent AS (
+        v_read := 0;
+        FOR v_channel_id IN
+            SELECT h.channel_id FROM lonnymq.channel_hint h
+            WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms AND h.channel_id <> ALL (v_seen)
+            ORDER BY h.dequeue_ms
+            LIMIT 100
+        LOOP
+            v_read := v_read + 1;
+            CONTINUE WHEN v_channel_id = ANY (v_seen);
+            v_seen := v_seen || v_channel_id;
+            SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
+            WHERE c.id = v_channel_id
+            FOR NO KEY UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                -- The head only has to be a lower bound of the earliest unlocked
+                -- message: the earliest deleted hint is one for the new messages.
+                -- In a backlog it is rarely earlier than the head: then the
+                -- channel row is not touched at all.
+                -- By ctid, skipping hints a dequeuer folding them holds
+                -- (it puts their earliest back): a DELETE by channel would wait.
+                WITH spent AS (
+                    DELETE FROM lonnymq.channel_hint h
+                    WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
+                                              WHERE d.channel_id = v_channel_id AND d.dequeue_ms <= p_now_ms
+                                              FOR UPDATE SKIP LOCKED))
+                    RETURNING h.dequeue_ms)
+                SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
+                IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
+                    UPDATE lonnymq.channel c
+                    SET head_ms = least(c.head_ms, v_hint_ms),
+                        ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
+                                                     c.release_interval_ms, c.locked_count, c.max_concurrency,
+                                                     c.turn_seq)
+                    WHERE c.id = v_channel_id;
+                END IF;
+                v_refreshed := v_refreshed + 1;
+                EXIT windows WHEN v_refreshed >= p_limit;
+            ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+                v_busy := v_busy || v_channel_id;
+                PERFORM lonnymq._collapse_hints(p_queue_id, v_channel_id, p_now_ms);
+            ELSE
+                -- The channel was deleted: its leftover hints mean nothing.
                 DELETE FROM lonnymq.channel_hint h
-                WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms
-                RETURNING h.dequeue_ms)
-            SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
-            IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
-                UPDATE lonnymq.channel c
-                SET head_ms = least(c.head_ms, v_hint_ms),
-                    ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
-                                                 c.release_interval_ms, c.locked_count, c.max_concurrency,
-                                                 c.turn_seq)
-                WHERE c.id = v_channel_id;
+                WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
+                                          WHERE d.channel_id = v_channel_id FOR UPDATE SKIP LOCKED));
             END IF;
-            v_refreshed := v_refreshed + 1;
-            EXIT WHEN v_refreshed >= p_limit;
-        ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
-            v_busy := v_busy || v_channel_id;
-        ELSE
-            -- The channel was deleted: its leftover hints mean nothing.
-            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
-        END IF;
+        END LOOP;
+        EXIT windows WHEN v_read < 100;
     END LOOP;
     RETURN v_busy;
 END

@@ -63,8 +63,10 @@ BEGIN
     IF channel_set.max_concurrency IS NOT NULL AND channel_set.max_concurrency < 1 THEN
         PERFORM lonnymq._invalid('max_concurrency must be at least 1 or NULL');
     END IF;
-    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0 THEN
-        PERFORM lonnymq._invalid('release_interval_ms must be 0 or more');
+    -- Bounded like lock_ms: a turn time plus the interval must stay a bigint.
+    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0
+       OR channel_set.release_interval_ms > 31557600000000 THEN
+        PERFORM lonnymq._invalid('release_interval_ms must be between 0 and 1000 years');
     END IF;
     IF channel_set.max_size IS NOT NULL AND channel_set.max_size < 0 THEN
         PERFORM lonnymq._invalid('max_size must be 0 or more, or NULL');

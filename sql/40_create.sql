@@ -34,18 +34,22 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Validates message arguments.';
 
--- The id of the live message with this dedup key in the queue, if any.
-CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
+-- The id of the live message with this dedup key in the channel (NULL: the
+-- queue's channel-less messages), if any. Keys are scoped like message_dedup_idx.
+CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_channel_id bigint, p_dedup_key text)
+RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_dedup_key IS NULL THEN
         RETURN NULL;
     END IF;
-    RETURN (SELECT m.id FROM lonnymq.message m WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key);
+    RETURN (SELECT m.id FROM lonnymq.message m
+            WHERE m.queue_id = p_queue_id AND coalesce(m.channel_id, 0) = coalesce(p_channel_id, 0)
+              AND m.dedup_key = p_dedup_key);
 END
 $$;
-COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message holding a dedup key.';
+COMMENT ON FUNCTION lonnymq._live_duplicate(integer, bigint, text) IS 'Live message holding a dedup key in a channel.';
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
@@ -77,7 +81,7 @@ BEGIN
             SELECT c.removed_count INTO v_removed FROM lonnymq.channel c WHERE c.id = v_channel.id;
             IF v_admitted - v_removed >= v_channel.max_size THEN
                 -- Full, but a live duplicate is still reported as such.
-                id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
+                id := lonnymq._live_duplicate(p_queue_id, v_channel.id, p_dedup_key);
                 status := CASE WHEN id IS NULL THEN 'dropped' ELSE 'deduplicated' END;
                 RETURN;
             END IF;
@@ -88,10 +92,10 @@ BEGIN
         INSERT INTO lonnymq.message AS m
             (queue_id, channel_id, content, state, num_attempts, dequeue_ms, priority, dedup_key)
         VALUES (p_queue_id, v_channel.id, p_content, p_state, p_num_attempts, v_dequeue_ms, p_priority, p_dedup_key)
-        ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING m.id INTO id;
         EXIT WHEN id IS NOT NULL;
-        id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
+        id := lonnymq._live_duplicate(p_queue_id, v_channel.id, p_dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;
@@ -198,7 +202,7 @@ BEGIN
             SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
             WHERE v_max_size IS NULL
-            ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+            ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
         ), hinted AS (
             -- A hint only when the message is earlier than the channel's
@@ -215,7 +219,7 @@ BEGIN
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
-        id := lonnymq._live_duplicate(v_queue_id, message_create.dedup_key);
+        id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;
@@ -233,8 +237,9 @@ COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigin
     IS 'Creates a message: (created|deduplicated|dropped, id).';
 
 -- Creates many messages in input order, each under every per-message rule.
--- With an idempotency_key already used in this queue, creates nothing and
--- answers duplicate_batch with the ids the first call created. Batches
+-- With an idempotency_key already used in this queue by a batch into the same
+-- channels, creates nothing and answers duplicate_batch with the ids the
+-- first call created. Batches
 -- without dedup keys and without capped channels take a set-based path (one
 -- INSERT, one hint per channel); the others go message by message.
 CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
@@ -260,15 +265,17 @@ DECLARE
     v_bad timestamptz;
     v_pinned text[] := '{}';       -- existing channels pinned in one statement
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
+    v_digest bytea;                -- scope of the idempotency key
     i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
     IF message_create_batch.contents IS NULL THEN
         PERFORM lonnymq._invalid('contents must not be NULL');
     END IF;
-    IF pg_catalog.array_ndims(message_create_batch.contents) > 1 THEN
-        PERFORM lonnymq._invalid('contents must be a one-dimensional array');
-    END IF;
+    PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
+    PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
+    PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
+    PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
     IF v_count > 100000 THEN
         PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
     END IF;
@@ -314,12 +321,20 @@ BEGIN
 
     v_queue_id := lonnymq._queue_id(message_create_batch.queue, true);
     IF message_create_batch.idempotency_key IS NOT NULL THEN
-        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key)
-        VALUES (v_queue_id, message_create_batch.idempotency_key)
-        ON CONFLICT (queue_id, idempotency_key) DO NOTHING;
+        -- The key's scope: this queue and this set of channels (see lonnymq.batch).
+        v_digest := pg_catalog.sha256(pg_catalog.convert_to(v_names::text, 'UTF8'));
+        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key, channels_digest)
+        SELECT v_queue_id, message_create_batch.idempotency_key, v_digest
+        WHERE NOT EXISTS (SELECT 1 FROM lonnymq.batch l  -- a key recorded by 1.0: queue-wide
+                          WHERE l.queue_id = v_queue_id AND l.idempotency_key = message_create_batch.idempotency_key
+                            AND l.channels_digest = ''::bytea)
+        ON CONFLICT (queue_id, idempotency_key, channels_digest) DO NOTHING;
         IF NOT FOUND THEN
             SELECT b.message_ids INTO v_previous FROM lonnymq.batch b
-            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
+              AND b.channels_digest IN (v_digest, ''::bytea)
+            ORDER BY b.channels_digest DESC
+            LIMIT 1;
             RETURN QUERY SELECT 'duplicate_batch'::text, v_previous[g]
                          FROM pg_catalog.generate_series(1, v_count) AS g;
             RETURN;
@@ -392,7 +407,8 @@ BEGIN
             END IF;
             IF message_create_batch.idempotency_key IS NOT NULL THEN
                 UPDATE lonnymq.batch b SET message_ids = v_ids
-                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
+                  AND b.channels_digest = v_digest;
             END IF;
             RETURN;
         END IF;
@@ -421,7 +437,8 @@ BEGIN
 
     IF message_create_batch.idempotency_key IS NOT NULL THEN
         UPDATE lonnymq.batch b SET message_ids = v_ids
-        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
+        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
+          AND b.channels_digest = v_digest;
     END IF;
 END
 $$;

@@ -95,6 +95,8 @@ BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
         PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
     END IF;
+    PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
+    PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
     IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
         PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
     END IF;

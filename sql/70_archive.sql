@@ -42,12 +42,11 @@ AS $$
 DECLARE
     v_removed bigint;
 BEGIN
-    IF archive_prune.older_than IS NULL OR archive_prune.older_than < '0'::interval
-       OR NOT pg_catalog.isfinite(archive_prune.older_than) THEN
-        PERFORM lonnymq._invalid('older_than must be a finite interval of 0 or more');
-    END IF;
-    IF archive_prune.older_than > '10000 years'::interval THEN
-        RETURN 0;  -- nothing is that old, and now() minus it may not be a timestamp
+    PERFORM lonnymq._check_age(archive_prune.older_than, 'older_than');
+    -- Nothing was archived 6000 years ago, and now() minus a longer interval
+    -- may not be a timestamp at all (the earliest is 4714 BC).
+    IF archive_prune.older_than > '6000 years'::interval THEN
+        RETURN 0;
     END IF;
     DELETE FROM lonnymq.message_archive a WHERE a.archived_at < pg_catalog.now() - archive_prune.older_than;
     GET DIAGNOSTICS v_removed = ROW_COUNT;

@@ -4,14 +4,19 @@
 -- on a view shows its rows without opening the tables underneath. Functions
 -- inside a view run with the reader's rights, though: the views therefore use
 -- pg_catalog expressions only, never the revoked lonnymq helpers.
+-- Every operator in a view has operands of exactly the types of a pg_catalog
+-- operator (hence the ::float8 and ::numeric casts): an operator is bound once,
+-- when the view is created, and an inexact match (bigint * interval) could
+-- otherwise bind a look-alike with exactly those types from a writable schema.
 -- (2^48 ms is _priority_step_ms(), the distance between priority levels.)
 -- ===========================================================================
 
 CREATE OR REPLACE VIEW lonnymq.messages AS
 SELECT m.id, q.name AS queue, c.name AS channel, m.content, m.state, m.num_attempts,
-       'epoch'::timestamptz + (m.dequeue_ms + m.priority::bigint * 281474976710656) * '1 millisecond'::interval
+       'epoch'::timestamptz
+           + (m.dequeue_ms + m.priority::bigint * 281474976710656)::float8 * '1 millisecond'::interval
            AS dequeue_at,
-       'epoch'::timestamptz + m.locked_until_ms * '1 millisecond'::interval AS locked_until,
+       'epoch'::timestamptz + m.locked_until_ms::float8 * '1 millisecond'::interval AS locked_until,
        m.created_at, m.priority, m.dedup_key
 FROM lonnymq.message m
 JOIN lonnymq.queue q ON q.id = m.queue_id
@@ -20,7 +25,7 @@ COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
 -- Per channel, plus one row per queue (channel NULL) for channel-less messages.
 CREATE OR REPLACE VIEW lonnymq.channel_stats AS
-WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms),
+WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint AS ms),
 counts AS (
     SELECT m.queue_id, m.channel_id,
            pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS ready,

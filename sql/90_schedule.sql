@@ -85,10 +85,7 @@ BEGIN
     IF maintenance_schedule.cron IS NULL OR pg_catalog.length(maintenance_schedule.cron) = 0 THEN
         PERFORM lonnymq._invalid('cron must be a cron schedule such as ''*/10 * * * *''');
     END IF;
-    IF maintenance_schedule.archive_retention IS NULL OR maintenance_schedule.archive_retention < '0'::interval
-       OR NOT pg_catalog.isfinite(maintenance_schedule.archive_retention) THEN
-        PERFORM lonnymq._invalid('archive_retention must be a finite interval of 0 or more');
-    END IF;
+    PERFORM lonnymq._check_age(maintenance_schedule.archive_retention, 'archive_retention');
     PERFORM lonnymq._require_pg_cron();
     BEGIN
         v_job_id := cron.schedule('lonnymq-maintenance', maintenance_schedule.cron,

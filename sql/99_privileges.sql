@@ -24,4 +24,5 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA lonnymq FROM PUBLIC;
 -- The validators that the SECURITY INVOKER pg_cron functions call. They only
 -- inspect their arguments; reaching them still needs USAGE on the schema.
 GRANT EXECUTE ON FUNCTION lonnymq._invalid(text), lonnymq._check_name(text, text, boolean),
-    lonnymq._check_create(bytea, bigint, integer, text), lonnymq._require_pg_cron() TO PUBLIC;
+    lonnymq._check_create(bytea, bigint, integer, text), lonnymq._check_age(interval, text),
+    lonnymq._require_pg_cron() TO PUBLIC;

@@ -14,6 +14,11 @@ has its recipe GRANTs. After ``pg_dump -Fc`` and ``pg_restore`` into a new datab
   redelivered with the next attempt when its lock expires, everything can be dequeued
   and completed, and ``verify()`` is empty;
 - the recipe GRANTs on extension objects survive (a monitor can read the restored views).
+
+A database whose extension a non-superuser owns keeps that owner through the restore
+procedure the README documents (``pg_restore --role=OWNER``, also with ``--no-owner``):
+a superuser restoring without it would own every SECURITY DEFINER function, so the
+install script refuses (the schema, restored first, is the owner's) with a hint.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from lonnymq import Queue
 from psycopg import sql
 
@@ -35,11 +41,15 @@ from .test_security import drop_roles, ensure_role, fingerprint
 LOCK_MS = 5000
 
 
-def pg_tool(tool: str, *args: str) -> None:
+def run_tool(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
     base = ["-h", str(info.get("host", "127.0.0.1")), "-p", str(info.get("port", 5432)),
             "-U", str(info.get("user", "postgres"))]
-    result = subprocess.run([str(PGBIN / tool), *base, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(PGBIN / tool), *base, *args], capture_output=True, text=True, timeout=120)
+
+
+def pg_tool(tool: str, *args: str) -> None:
+    result = run_tool(tool, *args)
     assert result.returncode == 0, f"{tool} failed: {result.stderr}"
 
 
@@ -159,3 +169,65 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
         drop_database(ADMIN_DSN, target)
         drop_database(ADMIN_DSN, target + "_plain")
         drop_roles(created_roles)
+
+
+def owners(dsn: str) -> set[str]:
+    """The owners of the extension, its schema and every object in it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            """
+            SELECT pg_get_userbyid(extowner) FROM pg_extension WHERE extname = 'lonnymq'
+            UNION SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'lonnymq'
+            UNION SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE pronamespace = 'lonnymq'::regnamespace
+            UNION SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relnamespace = 'lonnymq'::regnamespace
+            """
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    owner = f"rel_dump_owner_{suffix}"
+    source = f"lonnymq_rel_own_src_{suffix}"
+    targets = [f"lonnymq_rel_own_{kind}_{suffix}" for kind in ("naive", "role", "noowner")]
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        ensure_role(admin, owner, login=True)
+        for db in (source, *targets):
+            admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(db), sql.Identifier(owner)))
+    try:
+        # The owner installs the extension itself (superuser = false) and uses it.
+        src = dsn_for(ADMIN_DSN, source, user=owner)
+        with psycopg.connect(src, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION lonnymq")
+            # The README's guard against DROP EXTENSION travels with the dump.
+            conn.execute("CREATE VIEW public.lonnymq_drop_guard AS SELECT m.id FROM lonnymq.message m WHERE false")
+        with Queue(src, "owned", pool_size=1) as q:
+            q.create_batch(["a", "b"], channel="acme")
+        assert owners(src) == {owner}
+        dump = tmp_path / "owned.dump"
+        pg_tool("pg_dump", "-Fc", "-d", source, "-f", str(dump))
+
+        # A superuser restoring as itself would own the SECURITY DEFINER functions: refused.
+        naive = run_tool("pg_restore", "--exit-on-error", "-d", targets[0], str(dump))
+        assert naive.returncode != 0
+        assert f"owned by role {owner}" in naive.stderr and "--role" in naive.stderr, naive.stderr
+        assert owners(dsn_for(ADMIN_DSN, targets[0])) <= {owner}  # nothing of lonnymq but the schema
+
+        # The documented procedures: the owner stays the owner of everything.
+        pg_tool("pg_restore", "--exit-on-error", f"--role={owner}", "-d", targets[1], str(dump))
+        pg_tool("pg_restore", "--exit-on-error", "--no-owner", f"--role={owner}", "-d", targets[2], str(dump))
+        for target in targets[1:]:
+            dst = dsn_for(ADMIN_DSN, target, user=owner)
+            assert owners(dst) == {owner}
+            with Queue(dst, "owned", pool_size=1) as q:
+                assert q.stats().ready == 2
+                assert len(q.dequeue(lock_ms=60_000, max_messages=5)) == 2
+            assert verify(dst) == []
+            with psycopg.connect(dst, autocommit=True) as conn, pytest.raises(
+                psycopg.errors.DependentObjectsStillExist
+            ):
+                conn.execute("DROP EXTENSION lonnymq")
+    finally:
+        for db in (source, *targets):
+            drop_database(ADMIN_DSN, db)
+        drop_roles([owner])

@@ -33,9 +33,10 @@ async def test_every_call_and_status(aqueue: AsyncQueue) -> None:
     assert (await aqueue.create("dup", channel="c", dedup_key="k")).id == first.id
     batch = await aqueue.create_batch(["b", "c", "d", "e"], channel="c", idempotency_key="i")
     assert [r.status for r in batch] == ["created"] * 4
-    assert {r.status for r in await aqueue.create_batch(["x"], idempotency_key="i")} == {
-        "duplicate_batch"
-    }
+    # The key is scoped to the queue and the batch's channels: same channel, same batch.
+    assert {
+        r.status for r in await aqueue.create_batch(["x"], channel="c", idempotency_key="i")
+    } == {"duplicate_batch"}
     assert await aqueue.wait_hint_ms() == 0
     m1, m2, m3, m4 = await aqueue.dequeue(lock_ms=10_000, max_messages=4)
     assert m1.json() == {"n": 1} and m1.num_attempts == 1
@@ -184,3 +185,73 @@ def test_every_rejects_non_positive_intervals(aqueue: AsyncQueue, interval: int)
     worker = AsyncWorker(aqueue, lambda m: asyncio.sleep(0), handle_signals=False)
     with pytest.raises(ValueError):
         worker.every(interval, "x", lambda m: asyncio.sleep(0))
+
+
+async def test_forged_notifications_cause_a_bounded_number_of_dequeues(
+    dsn: str, aqueue: AsyncQueue
+) -> None:
+    """As for Worker (test_worker.py): a flood of forged NOTIFYs for the queue costs an idle
+    AsyncWorker about a dequeue a second, and real work is still picked up."""
+    calls: list[float] = []
+    real_dequeue = aqueue.dequeue
+
+    async def counting_dequeue(*args: Any, **kwargs: Any) -> list[AsyncMessage]:
+        calls.append(time.monotonic())
+        return await real_dequeue(*args, **kwargs)
+
+    aqueue.dequeue = counting_dequeue  # type: ignore[method-assign]
+    picked = asyncio.Event()
+
+    async def handler(message: AsyncMessage) -> None:
+        picked.set()
+
+    worker = AsyncWorker(aqueue, handler, max_sleep_ms=60_000, handle_signals=False)
+    task = asyncio.create_task(worker.run())
+    await wait_until(worker.sleeping.is_set)
+    stop = threading.Event()
+    payload = f'{{"queue": "{aqueue.name}", "event": "created"}}'
+
+    def flood() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                conn.execute("SELECT pg_notify('lonnymq', %s)", (payload,))
+
+    flooder = threading.Thread(target=flood)
+    calls.clear()
+    flooder.start()
+    await asyncio.sleep(4.0)
+    during = len(calls)
+    await aqueue.create("real work")
+    await asyncio.wait_for(picked.wait(), 10)
+    stop.set()
+    flooder.join(10)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert during <= 12, f"{during} dequeues in 4 s of forged notifications"
+
+
+async def test_a_settle_lost_with_its_connection_is_reissued(
+    dsn: str, aqueue: AsyncQueue, db: psycopg.Connection[Any]
+) -> None:
+    """As for Worker (test_worker.py): the settle's connection dies as the handler returns;
+    the AsyncWorker re-issues it with the same attempt number instead of leaving the message
+    locked for its 60 s lock."""
+    await aqueue.create("job")
+    calls: list[int] = []
+
+    async def handler(message: AsyncMessage) -> None:
+        calls.append(message.num_attempts)
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killer.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND pid <> %s AND backend_type = 'client backend' AND state = 'idle'",
+                (db.info.backend_pid,),
+            )
+
+    worker = AsyncWorker(aqueue, handler, lock_ms=60_000, max_sleep_ms=200, handle_signals=False)
+    task = asyncio.create_task(worker.run())
+    await wait_until(lambda: live_ids(db, aqueue.name) == set(), timeout=15)
+    worker.stop()
+    await asyncio.wait_for(task, 15)
+    assert calls == [1] and worker.counts["completed"] == 1

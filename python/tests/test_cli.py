@@ -166,3 +166,88 @@ def test_missing_extension_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> No
     dsn = recreate_database("lonnymq_pytest_cli_none")
     assert main(["--dsn", dsn, "status"]) == 1
     assert "Run `lonnymq install`" in capsys.readouterr().err
+
+
+# -- hostile and careless use (issue 11) ------------------------------------------------------
+
+
+def enqueue(dsn: str, queue: str, path: str, *extra: str) -> int:
+    return main(["--dsn", dsn, "enqueue", queue, "--file", path, "--batch-size", "2", *extra])
+
+
+def test_enqueue_streams_from_a_pipe(dsn: str, queue: Queue) -> None:
+    """A pipe can be read only once: one named by path (here /dev/stdin, or a process
+    substitution) used to be read to count lines, leaving nothing to enqueue, and the
+    command exited 0."""
+    lines = "\n".join(json.dumps(f"m{n}") for n in range(5)) + "\n"
+    command = [sys.executable, "-m", "lonnymq", "--dsn", dsn, "enqueue", queue.name]
+    result = subprocess.run(
+        [*command, "--file", "/dev/stdin", "--batch-size", "2"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result
+    assert result.stdout.strip() == "5 created"
+    assert queue.stats().ready == 5
+
+
+def test_enqueue_says_what_was_committed_and_a_rerun_resumes(
+    dsn: str, queue: Queue, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data.jsonl"
+    good = [json.dumps({"content": f"m{n}", "channel": "c"}) for n in range(7)]
+    data.write_text("\n".join([*good[:5], "{not json", *good[5:]]) + "\n")
+    assert enqueue(dsn, queue.name, str(data)) == 1
+    err = capsys.readouterr().err
+    # Batches of two: lines 1-2 and 3-4 committed, line 5 pending with the bad line 6.
+    assert "line 6:" in err and "lines 1-4 are committed (4 created)" in err, err
+    assert queue.stats().ready == 4
+    # Fixed in place and run again: the committed batches are recognised, not repeated.
+    data.write_text(
+        "\n".join([*good[:5], json.dumps({"content": "fixed", "channel": "c"}), *good[5:]]) + "\n"
+    )
+    assert enqueue(dsn, queue.name, str(data)) == 0
+    assert capsys.readouterr().out.strip() == "4 created, 4 duplicate_batch"
+    contents = sorted(m.content for m in queue.dequeue(lock_ms=5000, max_messages=100))
+    assert contents == sorted([f"m{n}".encode() for n in range(7)] + [b"fixed"])
+    # Once more: nothing new. Another --key-prefix enqueues the same lines again on purpose.
+    assert enqueue(dsn, queue.name, str(data)) == 0
+    assert capsys.readouterr().out.strip() == "8 duplicate_batch"
+    assert enqueue(dsn, queue.name, str(data), "--key-prefix", "again") == 0
+    assert capsys.readouterr().out.strip() == "8 created"
+
+
+UNSAFE_NAME = "evil\nqueue fake  999  0  0\x1b[31m\u202e"
+
+
+def test_status_escapes_names(dsn: str, queue: Queue, capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline in a channel name forged status rows; ANSI escapes reached the terminal."""
+    queue.create("x", channel=UNSAFE_NAME)
+    assert main(["--dsn", dsn, "status", "--queue", queue.name]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert len(out.splitlines()) == 3  # the title, the header, one channel
+    assert "evil\\nqueue fake  999  0  0\\x1b[31m\\u202e" in out
+
+
+def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
+    """Any role may NOTIFY lonnymq: a forged payload prints as one escaped line."""
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "lonnymq", "--dsn", dsn, "tail", "--count", "2", "--timeout", "30"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert tail.stdout is not None
+    assert tail.stdout.readline().startswith("listening")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        forged = json.dumps({"queue": UNSAFE_NAME, "event": "created\x1b[2J"})
+        conn.execute("SELECT pg_notify('lonnymq', %s)", (forged,))
+        conn.execute("SELECT pg_notify('lonnymq', %s)", ("not json\nforged line",))
+    out, _ = tail.communicate(timeout=30)
+    assert "\x1b" not in out and "\u202e" not in out
+    lines = out.splitlines()
+    assert len(lines) == 2, lines
+    assert "created\\x1b[2J" in lines[0] and "queue=evil\\nqueue fake" in lines[0]
+    assert "payload=not json\\nforged line" in lines[1]

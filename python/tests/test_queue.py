@@ -112,8 +112,12 @@ def test_create_batch_and_idempotency(queue: Queue, db: psycopg.Connection[Any])
     assert [r.status for r in results] == ["created"] * 3
     ids = [r.id for r in results if r.id is not None]
     assert len(ids) == 3 and ids == sorted(ids)
-    again = queue.create_batch(["a", "b", "c"], idempotency_key="batch-1")
+    # A retry writes to the same channels: the same batch, nothing created.
+    again = queue.create_batch(
+        ["a", "b", "c"], channels=["x", "y", None], idempotency_key="batch-1"
+    )
     assert [r.status for r in again] == ["duplicate_batch"] * 3
+    assert [r.id for r in again] == ids
     assert live_count(db, queue) == 3
     dedup = queue.create_batch(["b2"], channel="y", dedup_keys=["kb"])
     assert dedup[0].status == "deduplicated" and dedup[0].id == ids[1]

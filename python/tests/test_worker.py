@@ -300,3 +300,83 @@ def test_stop_before_run_is_not_lost(queue: Queue) -> None:
     worker.stop()
     worker.run()  # returns at once instead of running forever
     assert worker.counts["completed"] == 0
+
+
+def flood(dsn: str, queue_name: str, stop: threading.Event) -> int:
+    """Forged ``created`` notifications for the queue, as fast as one connection sends them
+    (any role may NOTIFY); returns how many were sent."""
+    payload = f'{{"queue": "{queue_name}", "event": "created"}}'
+    sent = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            conn.execute("SELECT pg_notify('lonnymq', %s)", (payload,))
+            sent += 1
+    return sent
+
+
+def test_forged_notifications_cause_a_bounded_number_of_dequeues(
+    dsn: str, queue: Queue, start_worker: Any
+) -> None:
+    """A flood of forged NOTIFYs took an idle worker from 0 to 511 dequeue calls in 5 s.
+    Wake-ups are hints: while they keep finding nothing, the next dequeue waits longer (up
+    to a second); a real message is still picked up."""
+    calls: list[float] = []
+    real_dequeue = queue.dequeue
+
+    def counting_dequeue(*args: Any, **kwargs: Any) -> list[Message]:
+        calls.append(time.monotonic())
+        return real_dequeue(*args, **kwargs)
+
+    queue.dequeue = counting_dequeue  # type: ignore[method-assign]
+    picked = threading.Event()
+    worker = Worker(queue, lambda m: picked.set(), max_sleep_ms=60_000)
+    start_worker(worker)
+    assert worker.sleeping.wait(10), "worker never went idle"
+    stop = threading.Event()
+    sent: list[int] = []
+    flooder = threading.Thread(target=lambda: sent.append(flood(dsn, queue.name, stop)))
+    calls.clear()
+    flooder.start()
+    time.sleep(4.0)
+    during = len(calls)
+    queue.create("real work")
+    assert picked.wait(10), "the real message was not picked up during the flood"
+    stop.set()
+    flooder.join(10)
+    assert sent[0] > 200, sent  # it really was a flood
+    # 20 ms doubling to 1 s between empty dequeues: about 8 in 4 s.
+    assert during <= 12, f"{during} dequeues for {sent[0]} forged notifications"
+
+
+def test_a_settle_lost_with_its_connection_is_reissued(
+    dsn: str, queue: Queue, start_worker: Any
+) -> None:
+    """The handler's work is done but the connection the settle would use dies (here every
+    idle backend of the database is terminated as the handler returns). The worker re-issues
+    the settle on another connection with the same attempt number: the message is completed
+    at once, not left locked until its 60 s lock runs out and then redelivered."""
+    queue.create("job")
+    calls: list[int] = []
+
+    def handler(message: Message) -> None:
+        calls.append(message.num_attempts)
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killed = killer.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend' AND state = 'idle'"
+            ).fetchone()
+        assert killed is not None and killed[0] > 0
+
+    worker = Worker(queue, handler, lock_ms=60_000, max_sleep_ms=200)
+    start_worker(worker)
+
+    def settled() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue.name,)
+            ).fetchone()
+        return row is not None and row[0] == 0
+
+    wait_for(settled, timeout=15, what="the re-issued completion")
+    assert calls == [1] and worker.counts["completed"] == 1

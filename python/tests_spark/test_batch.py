@@ -34,7 +34,7 @@ def test_round_trip_with_column_mapping(spark: Any, dsn: str, queue_name: str) -
             f"tenant_{i % 3}",
             f"job {i}",
             later if i % 10 == 0 else None,
-            f"d{i % 50}" if i < 60 else None,
+            f"d{i % 30}" if i < 40 else None,  # rows i and i + 30: same key, same tenant
         )
         for i in range(300)
     ]
@@ -50,7 +50,8 @@ def test_round_trip_with_column_mapping(spark: Any, dsn: str, queue_name: str) -
     )
 
     out = _read(spark, dsn, queue=queue_name, num_partitions=3).collect()
-    # 60 rows share 50 dedup keys: 10 are deduplicated against a live message.
+    # 40 rows share 30 dedup keys, pairwise in one tenant's channel (keys are scoped to
+    # the channel): 10 are deduplicated against a live message.
     assert len(out) == 290
     by_content = {bytes(r.content).decode(): r for r in out}
     assert {r.channel for r in out} == {"tenant_0", "tenant_1", "tenant_2"}

@@ -4,6 +4,29 @@
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.1'" to load this file. \quit
 
+-- A schema that another role than the extension's owner owns lets that role
+-- rename it and plant look-alikes that the SECURITY DEFINER functions call
+-- (1.0 installed into such a schema, and a superuser's pg_restore without
+-- --role leaves one): refuse to go on until it is the owner's again.
+DO $guard$
+DECLARE
+    v_owner oid;
+    v_extension_owner oid;
+BEGIN
+    SELECT n.nspowner INTO v_owner FROM pg_catalog.pg_namespace n
+    WHERE n.nspname OPERATOR(pg_catalog.=) 'lonnymq';
+    SELECT e.extowner INTO v_extension_owner FROM pg_catalog.pg_extension e
+    WHERE e.extname OPERATOR(pg_catalog.=) 'lonnymq';
+    IF v_owner OPERATOR(pg_catalog.<>) v_extension_owner THEN
+        RAISE EXCEPTION 'lonnymq: schema lonnymq is owned by role %, not by %, who owns the extension',
+            pg_catalog.pg_get_userbyid(v_owner), pg_catalog.pg_get_userbyid(v_extension_owner)
+            USING ERRCODE = '42501',
+                  HINT = 'Check the schema for objects you did not create, then make it the extension owner''s '
+                         '(ALTER SCHEMA lonnymq OWNER TO ...) and update again.';
+    END IF;
+END
+$guard$;
+
 -- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
 -- claim helper is gone.
 DROP FUNCTION lonnymq._claim(bigint, bigint);
@@ -21,3 +44,22 @@ DROP FUNCTION lonnymq._notify(text, text, text);
 DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
 DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
 DROP FUNCTION lonnymq._lock_class();
+
+-- Dedup keys are scoped to their channel (the queue's channel-less messages
+-- share one scope): one tenant's key no longer answers another tenant's create.
+DROP INDEX lonnymq.message_dedup_idx;
+CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
+    WHERE dedup_key IS NOT NULL;
+DROP FUNCTION lonnymq._live_duplicate(integer, text);
+
+-- Idempotency keys are scoped to the queue and the channels of the batch.
+-- Keys recorded by 1.0 keep an empty digest, which message_create_batch
+-- still treats as queue-wide, so a retry across the upgrade is not repeated.
+ALTER TABLE lonnymq.batch ADD COLUMN channels_digest bytea NOT NULL DEFAULT '';
+ALTER TABLE lonnymq.batch ALTER COLUMN channels_digest DROP DEFAULT;
+ALTER TABLE lonnymq.batch DROP CONSTRAINT batch_pkey;
+ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_digest);
+
+-- release_interval_ms is bounded (1000 years) so that no turn time plus it
+-- can overflow; a larger one already set would fail every dequeue of its queue.
+UPDATE lonnymq.channel SET release_interval_ms = 31557600000000 WHERE release_interval_ms > 31557600000000;

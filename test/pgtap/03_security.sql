@@ -2,7 +2,7 @@
 -- the API runs as its owner (SECURITY DEFINER) so roles need only EXECUTE,
 -- except the pg_cron calls, which run as the caller on purpose (a cron job
 -- must never get more rights than whoever scheduled it); nothing in the
--- schema is open to PUBLIC except the four argument validators.
+-- schema is open to PUBLIC except the five argument validators.
 
 BEGIN;
 CREATE EXTENSION lonnymq;
@@ -50,9 +50,9 @@ SELECT is(
     (SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text)
      FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
      WHERE p.pronamespace = 'lonnymq'::regnamespace AND a.grantee <> p.proowner),
-    ARRAY['lonnymq._check_create(bytea,bigint,integer,text)', 'lonnymq._check_name(text,text,boolean)',
-          'lonnymq._invalid(text)', 'lonnymq._require_pg_cron()'],
-    'only the four validators are executable by anyone but the owner');
+    ARRAY['lonnymq._check_age(interval,text)', 'lonnymq._check_create(bytea,bigint,integer,text)',
+          'lonnymq._check_name(text,text,boolean)', 'lonnymq._invalid(text)', 'lonnymq._require_pg_cron()'],
+    'only the five validators are executable by anyone but the owner');
 SELECT is(
     (SELECT array_agg(DISTINCT a.grantee::regrole::text) FROM pg_proc p,
             aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a

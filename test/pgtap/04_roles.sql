@@ -100,7 +100,7 @@ SELECT is(pg_temp.writable('lonnymq_tap_nobody'), '{}'::text[], 'nobody: can wri
 -- Producer.
 SET LOCAL ROLE lonnymq_producer;
 SELECT is(pg_temp.callable(),
-          ARRAY['_check_create', '_check_name', '_invalid', '_require_pg_cron', 'message_create', 'message_create_batch'],
+          ARRAY['_check_age', '_check_create', '_check_name', '_invalid', '_require_pg_cron', 'message_create', 'message_create_batch'],
           'producer: can call message_create(_batch) and the PUBLIC validators only');
 SELECT is(pg_temp.readable(), '{}'::text[], 'producer: can read nothing');
 SELECT is((SELECT status FROM lonnymq.message_create('q', 'c', 'p1')), 'created', 'producer: creates a message');
@@ -125,7 +125,7 @@ SELECT is((SELECT count(*) FROM lonnymq.messages WHERE content IN ('p1', 'p2', '
 -- Consumer.
 SET LOCAL ROLE lonnymq_consumer;
 SELECT is(pg_temp.callable(),
-          ARRAY['_check_create', '_check_name', '_invalid', '_require_pg_cron', 'message_complete',
+          ARRAY['_check_age', '_check_create', '_check_name', '_invalid', '_require_pg_cron', 'message_complete',
                 'message_complete_batch', 'message_defer', 'message_dequeue', 'message_fail',
                 'message_heartbeat', 'wait_begin', 'wait_hint_ms'],
           'consumer: can call the consuming functions and the PUBLIC validators only');
@@ -156,8 +156,8 @@ SELECT is(pg_temp.writable('lonnymq_consumer'), '{}'::text[], 'consumer: can wri
 -- ---------------------------------------------------------------------------
 -- Monitor.
 SET LOCAL ROLE lonnymq_monitor;
-SELECT is(pg_temp.callable(), ARRAY['_check_create', '_check_name', '_invalid', '_require_pg_cron', 'verify', 'wait_begin',
-                                    'wait_hint_ms'],
+SELECT is(pg_temp.callable(), ARRAY['_check_age', '_check_create', '_check_name', '_invalid', '_require_pg_cron', 'verify',
+                                    'wait_begin', 'wait_hint_ms'],
           'monitor: can call verify, wait_begin, wait_hint_ms and the PUBLIC validators only');
 SELECT is(pg_temp.readable(), ARRAY['channel_stats', 'message_archive', 'messages', 'queue_stats'],
           'monitor: can read the three views and the archive only');

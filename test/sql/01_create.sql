@@ -24,13 +24,15 @@ FROM lonnymq.messages WHERE id = 5;
 SELECT * FROM lonnymq.message_create('emails', 'tenant-c', 'with state', state => 'checkpoint');
 SELECT state FROM lonnymq.messages WHERE id = 7;
 
--- Deduplication: a live message with the same key wins; once it is gone the key is free.
+-- Deduplication, per channel: a live message of the same channel with the same key
+-- wins (another channel's does not); once it is gone the key is free.
 SELECT * FROM lonnymq.message_create('emails', 'tenant-a', 'first', dedup_key => 'k1');
 SELECT * FROM lonnymq.message_create('emails', 'tenant-b', 'second', dedup_key => 'k1');
 SELECT * FROM lonnymq.message_create('other-queue', 'tenant-a', 'other queue', dedup_key => 'k1');
 SELECT count(*) AS live_with_k1 FROM lonnymq.messages WHERE dedup_key = 'k1';
 SELECT lonnymq.message_cancel(8);
 SELECT * FROM lonnymq.message_create('emails', 'tenant-b', 'third', dedup_key => 'k1');
+SELECT * FROM lonnymq.message_create('emails', 'tenant-a', 'fourth', dedup_key => 'k1');
 
 -- Priority: "run now", placed ahead; dequeue_at shows the creation time.
 SELECT * FROM lonnymq.message_create('emails', 'tenant-a', 'urgent', priority => 3);

@@ -122,12 +122,22 @@ class AsyncWorker:
                 {"every": job.name}, channel=job.channel, dedup_key=job.dedup_key
             )
 
-    async def _sleep(self, ms: float) -> None:
+    async def _stopped_or(self, seconds: float) -> None:
+        """Sleeps ``seconds`` unless stop() comes first."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, deadline - time.monotonic()))
+
+    async def _sleep(self, ms: float) -> bool:
+        """Sleeps until woken or ``ms`` passed; whether it was woken."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), ms / 1000)
+            return True
+        return False
 
     async def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
+        woken_early = False  # whether the last sleep was cut short by a wake-up
         while not self._stopping:
             self._wake.clear()
             free = self.concurrency - self.in_flight
@@ -137,7 +147,7 @@ class AsyncWorker:
             try:
                 messages = await self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
                 if messages:
-                    retry_ms = _timing.MIN_RETRY_MS
+                    retry_ms, woken_early = _timing.MIN_RETRY_MS, False
                     for message in messages:
                         self._start(message)
                     continue
@@ -146,14 +156,20 @@ class AsyncWorker:
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
-                    await self._sleep(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms))
+                    planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
+                    started = time.monotonic()
+                    woken = await self._sleep(planned_ms)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
                 self.sleeping.clear()
                 await asyncio.sleep(1.0)
                 continue
-            retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
+            if woken:
+                # Wake-ups are hints (any role may NOTIFY lonnymq): see _timing.
+                await self._stopped_or(_timing.early_wake_floor_s(retry_ms, planned_ms, started))
+            retry_ms = _timing.next_retry_ms(retry_ms, hint, woken_early)
+            woken_early = woken
 
     def _start(self, message: AsyncMessage) -> None:
         self._inflight[(message.id, message.num_attempts)] = InFlight(message)
@@ -212,17 +228,30 @@ class AsyncWorker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
+    async def _settle_once(self, message: AsyncMessage, outcome: _outcome.Outcome) -> str:
+        if outcome.action == "complete":
+            return await message.complete()
+        if outcome.action == "defer":
+            return await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
+        return await message.fail(outcome.error)
+
     async def _settle(self, message: AsyncMessage, outcome: _outcome.Outcome) -> None:
-        try:
-            if outcome.action == "complete":
-                status = await message.complete()
-            elif outcome.action == "defer":
-                status = await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-            else:
-                status = await message.fail(outcome.error)
-        except psycopg.Error as exc:
-            log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-            return
+        # As in Worker._settle: a settle lost with its connection is re-issued on another.
+        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+        while True:
+            try:
+                status = await self._settle_once(message, outcome)
+                break
+            except psycopg.OperationalError as exc:
+                delay = next(retries, None)
+                if delay is None:
+                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                    return  # the lock expires and the message is redelivered: nothing is lost
+                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
+                await asyncio.sleep(delay)
+            except psycopg.Error as exc:
+                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                return
         self.counts[status if status in self.counts else "refused"] += 1
         if status not in ("completed", "deferred", "failed"):
             log.warning("%s of message %s refused: %s", outcome.action, message.id, status)

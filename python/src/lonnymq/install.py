@@ -2,7 +2,9 @@
 
 ``--sql-only`` is for hosts that allow no custom extensions: it runs the same versioned
 script the extension uses (shipped inside this package) with the few extension-only
-statements removed, inside one transaction.
+statements removed, inside one transaction, with ``search_path`` pinned to
+``pg_catalog, pg_temp`` as CREATE EXTENSION pins it: whatever the installer's own path holds
+(a look-alike operator planted in ``public``, say) can never be bound into the views.
 """
 
 from __future__ import annotations
@@ -79,13 +81,23 @@ def install_extension(conn: Connection[Any]) -> str:
 
 
 def install_sql_only(conn: Connection[Any]) -> str:
-    """Create the lonnymq objects without an extension, in one transaction."""
-    exists = conn.execute(
-        "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'lonnymq'"
-    ).fetchone()
-    if exists:
-        raise LonnymqError("schema lonnymq already exists in this database")
+    """Create the lonnymq objects without an extension, in one transaction.
+
+    Refuses an existing ``lonnymq`` schema, whoever owns it: the script creates its own.
+    """
     version, _text = extension_script()
     with conn.transaction():
+        # Only pg_catalog is searched (pg_temp last, never for operators or functions):
+        # the script's expressions bind to built-ins whatever the caller's search_path.
+        conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        owner = conn.execute(
+            "SELECT pg_catalog.pg_get_userbyid(n.nspowner) FROM pg_catalog.pg_namespace n"
+            " WHERE n.nspname OPERATOR(pg_catalog.=) 'lonnymq'"
+        ).fetchone()
+        if owner:
+            raise LonnymqError(
+                f"schema lonnymq already exists in this database (owned by {owner[0]}): "
+                "drop or rename it first; --sql-only creates its own schema"
+            )
         conn.execute(sql_only_script())
     return version

@@ -133,6 +133,7 @@ class Worker:
 
     def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
+        woken_early = False  # whether the last sleep was cut short by a wake-up
         while not self._stopping.is_set():
             # Clear before looking, so a wake-up that arrives while we look is not lost.
             self._wake.clear()
@@ -143,7 +144,7 @@ class Worker:
             try:
                 messages = self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
                 if messages:
-                    retry_ms = _timing.MIN_RETRY_MS
+                    retry_ms, woken_early = _timing.MIN_RETRY_MS, False
                     for message in messages:
                         self._start(message)
                     continue
@@ -152,14 +153,20 @@ class Worker:
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
-                    self._wake.wait(_timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000)
+                    planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
+                    started = time.monotonic()
+                    woken = self._wake.wait(planned_ms / 1000)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
                 self.sleeping.clear()
                 self._stopping.wait(1.0)
                 continue
-            retry_ms = _timing.next_retry_ms(retry_ms) if hint == 0 else _timing.MIN_RETRY_MS
+            if woken:
+                # Wake-ups are hints (any role may NOTIFY lonnymq): see _timing.
+                self._stopping.wait(_timing.early_wake_floor_s(retry_ms, planned_ms, started))
+            retry_ms = _timing.next_retry_ms(retry_ms, hint, woken_early)
+            woken_early = woken
 
     def _start(self, message: Message) -> None:
         with self._lock:
@@ -208,18 +215,32 @@ class Worker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
+    def _settle_once(self, message: Message, outcome: _outcome.Outcome) -> str:
+        if outcome.action == "complete":
+            return message.complete()
+        if outcome.action == "defer":
+            return message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
+        return message.fail(outcome.error)
+
     def _settle(self, message: Message, outcome: _outcome.Outcome) -> None:
-        try:
-            if outcome.action == "complete":
-                status = message.complete()
-            elif outcome.action == "defer":
-                status = message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-            else:
-                status = message.fail(outcome.error)
-        except psycopg.Error as exc:
-            # The lock will expire and the message be redelivered: nothing is lost.
-            log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-            return
+        # A connection that died (a killed backend, a restart) does not leave the message
+        # locked until lock_ms runs out: the settle is re-issued on another connection.
+        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+        while True:
+            try:
+                status = self._settle_once(message, outcome)
+                break
+            except psycopg.OperationalError as exc:
+                delay = next(retries, None)
+                if delay is None:
+                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                    return  # the lock expires and the message is redelivered: nothing is lost
+                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
+                time.sleep(delay)
+            except psycopg.Error as exc:
+                # The lock will expire and the message be redelivered: nothing is lost.
+                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+                return
         with self._lock:
             if status in self.counts:
                 self.counts[status] += 1

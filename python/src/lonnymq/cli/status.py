@@ -10,6 +10,7 @@ import psycopg
 
 from .. import _sql
 from ..models import ChannelStats, QueueStats
+from ._text import printable
 
 ALL_QUEUE_STATS = """
 SELECT queue, channels, ready, scheduled, locked, archived
@@ -56,7 +57,7 @@ def run(dsn: str, args: argparse.Namespace) -> int:
             for r in conn.execute(ALL_CHANNEL_STATS, (args.queue, args.queue)).fetchall()
         ]
     if not queues:
-        print("no queues" if args.queue is None else f"queue {args.queue} is empty")
+        print("no queues" if args.queue is None else f"queue {printable(args.queue)} is empty")
         return 0
     for index, queue in enumerate(queues):
         if index:
@@ -67,12 +68,12 @@ def run(dsn: str, args: argparse.Namespace) -> int:
 
 def render_queue(queue: QueueStats, channels: Sequence[ChannelStats]) -> str:
     title = (
-        f"queue {queue.queue}: {queue.channels} channels, {queue.ready} ready, "
+        f"queue {printable(queue.queue)}: {queue.channels} channels, {queue.ready} ready, "
         f"{queue.scheduled} scheduled, {queue.locked} locked, {queue.archived} archived"
     )
     rows = [
         [
-            "(no channel)" if c.channel is None else c.channel,
+            "(no channel)" if c.channel is None else printable(c.channel),
             str(c.ready),
             str(c.scheduled),
             str(c.locked),

@@ -10,6 +10,8 @@ from typing import Any
 
 import psycopg
 
+from ._text import printable
+
 CHANNELS = ("lonnymq", "lonnymq_dead")
 
 
@@ -67,7 +69,8 @@ def run(dsn: str, args: argparse.Namespace) -> int:
 
 
 def format_event(channel: str, payload: str, only_queue: str | None) -> str | None:
-    """``12:00:01.123  created  queue=emails`` (None when filtered out)."""
+    """``12:00:01.123  created  queue=emails`` (None when filtered out). Any role may
+    NOTIFY these channels: every part of the payload is escaped (see _text)."""
     try:
         data = json.loads(payload)
     except ValueError:
@@ -77,6 +80,6 @@ def format_event(channel: str, payload: str, only_queue: str | None) -> str | No
     if only_queue is not None and data.get("queue") != only_queue:
         return None
     stamp = datetime.now().strftime("%H:%M:%S.%f")[:-3]
-    event = str(data.pop("event", channel))
-    details = "  ".join(f"{k}={v}" for k, v in sorted(data.items()))
+    event = printable(data.pop("event", channel))
+    details = "  ".join(f"{printable(k)}={printable(v)}" for k, v in sorted(data.items()))
     return f"{stamp}  {event:<9}  {details}"
