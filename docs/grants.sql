@@ -37,7 +37,8 @@ GRANT EXECUTE ON FUNCTION
     lonnymq.message_heartbeat(bigint, bigint, bigint),
     lonnymq.message_fail(bigint, bigint, text),
     lonnymq.wait_hint_ms(text),
-    lonnymq.wait_begin(text)
+    lonnymq.wait_begin(text),
+    lonnymq.wait_end(text)
     TO lonnymq_consumer;
 
 -- Monitor: reads the inspection views and the archive, checks invariants;
@@ -45,4 +46,5 @@ GRANT EXECUTE ON FUNCTION
 GRANT USAGE ON SCHEMA lonnymq TO lonnymq_monitor;
 GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats, lonnymq.message_archive
     TO lonnymq_monitor;
-GRANT EXECUTE ON FUNCTION lonnymq.verify(), lonnymq.wait_hint_ms(text), lonnymq.wait_begin(text) TO lonnymq_monitor;
+GRANT EXECUTE ON FUNCTION lonnymq.verify(), lonnymq.wait_hint_ms(text), lonnymq.wait_begin(text),
+    lonnymq.wait_end(text) TO lonnymq_monitor;

@@ -105,11 +105,10 @@ COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next m
 -- NOTIFY for it (LISTEN lonnymq) or until the returned number of
 -- milliseconds has passed, and returns that number: wait_hint_ms, or NULL
 -- (nothing queued: sleep until notified). Producers notify only while a
--- consumer waits (see _notify_waiters), so a LISTEN client must call this
--- first, inside a transaction it keeps open while it sleeps and ends when it
--- wakes (the announcement lasts until then; at READ COMMITTED an open
--- transaction that only holds this announcement takes no snapshot and holds
--- back no vacuum). No wake-up is lost: producers that decided not to notify
+-- consumer waits (see _notify_waiters), so a LISTEN client calls this before
+-- it sleeps and wait_end when it wakes, on one connection (the announcement is
+-- a session-level lock: it holds no transaction open, and ends with the session
+-- if wait_end never comes). No wake-up is lost: producers that decided not to notify
 -- before the announcement are waited for (at most 100 ms) before the hint
 -- looks for work; if one is still in flight then, the hint is at most 100 ms,
 -- so the caller looks again soon.
@@ -127,7 +126,7 @@ BEGIN
     v_key := pg_catalog.hashtext(wait_begin.queue);
     -- Tried: a producer checking for waiters holds it exclusively for an
     -- instant (or another role holds it): then look again soon instead.
-    v_settled := pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._waiting_lock_class(), v_key);
+    v_settled := pg_catalog.pg_try_advisory_lock_shared(lonnymq._waiting_lock_class(), v_key);
     IF v_settled THEN
         -- Producers in flight that skipped their NOTIFY, waited out without
         -- blocking anyone for long: a lock timeout in a subtransaction.
@@ -147,7 +146,28 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq.wait_begin(text)
-    IS 'Marks the caller as waiting on a queue until its transaction ends; returns how long to sleep at most.';
+    IS 'Marks the session as waiting on a queue until wait_end; returns how long to sleep at most.';
+
+-- Ends what wait_begin announced (once per wait_begin; nothing if there is
+-- nothing to end, such as when wait_begin could not announce).
+CREATE OR REPLACE FUNCTION lonnymq.wait_end(queue text) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key integer;
+BEGIN
+    PERFORM lonnymq._check_name(wait_end.queue, 'queue', false);
+    v_key := pg_catalog.hashtext(wait_end.queue);
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+               WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+                 AND l.mode = 'ShareLock' AND l.objsubid = 2
+                 AND l.classid = (lonnymq._waiting_lock_class())::pg_catalog.oid
+                 AND l.objid = (v_key)::pg_catalog.oid) THEN
+        PERFORM pg_catalog.pg_advisory_unlock_shared(lonnymq._waiting_lock_class(), v_key);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.wait_end(text) IS 'Ends a wait_begin announcement.';
 
 -- Checks the invariants the fast paths rely on; one row per violation, none
 -- when healthy. Scans everything: a diagnostic, not for hot paths.

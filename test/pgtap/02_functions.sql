@@ -4,7 +4,7 @@
 
 BEGIN;
 CREATE EXTENSION lonnymq;
-SELECT plan(102);
+SELECT plan(106);
 
 CREATE TEMP TABLE api (name text, args name[], arguments text, result text, returns text);
 INSERT INTO api VALUES
@@ -40,6 +40,7 @@ INSERT INTO api VALUES
 ('archive_prune', '{interval}', 'older_than interval', 'bigint', 'bigint'),
 ('wait_hint_ms', '{text}', 'queue text', 'bigint', 'bigint'),
 ('wait_begin', '{text}', 'queue text', 'bigint', 'bigint'),
+('wait_end', '{text}', 'queue text', 'void', 'void'),
 ('schedule_set', '{text,text,text,text,bytea}', 'name text, cron text, queue text, channel text, content bytea',
  'bigint', 'bigint'),
 ('schedule_delete', '{text}', 'name text', 'text', 'text'),

@@ -127,7 +127,7 @@ SET LOCAL ROLE lonnymq_consumer;
 SELECT is(pg_temp.callable(),
           ARRAY['_check_age', '_check_create', '_check_name', '_invalid', '_require_pg_cron', 'message_complete',
                 'message_complete_batch', 'message_defer', 'message_dequeue', 'message_fail',
-                'message_heartbeat', 'wait_begin', 'wait_hint_ms'],
+                'message_heartbeat', 'wait_begin', 'wait_end', 'wait_hint_ms'],
           'consumer: can call the consuming functions and the PUBLIC validators only');
 SELECT is(pg_temp.readable(), '{}'::text[], 'consumer: can read nothing');
 SELECT is(lonnymq.wait_hint_ms('q'), 0::bigint, 'consumer: wait_hint_ms');
@@ -157,7 +157,7 @@ SELECT is(pg_temp.writable('lonnymq_consumer'), '{}'::text[], 'consumer: can wri
 -- Monitor.
 SET LOCAL ROLE lonnymq_monitor;
 SELECT is(pg_temp.callable(), ARRAY['_check_age', '_check_create', '_check_name', '_invalid', '_require_pg_cron', 'verify',
-                                    'wait_begin', 'wait_hint_ms'],
+                                    'wait_begin', 'wait_end', 'wait_hint_ms'],
           'monitor: can call verify, wait_begin, wait_hint_ms and the PUBLIC validators only');
 SELECT is(pg_temp.readable(), ARRAY['channel_stats', 'message_archive', 'messages', 'queue_stats'],
           'monitor: can read the three views and the archive only');

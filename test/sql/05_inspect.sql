@@ -30,16 +30,16 @@ SELECT lonnymq.wait_hint_ms('shop') BETWEEN 3500000 AND 3600000 AS next_in_an_ho
 SELECT lonnymq.wait_hint_ms('no-such-queue') IS NULL AS unknown_queue;
 
 
--- wait_begin: the hint of wait_hint_ms, with the caller announced as waiting
--- (the queue's waiting lock, shared) until its transaction ends. Producers
--- meeting it notify: iso_wake.spec.
-BEGIN;
+-- wait_begin: the hint of wait_hint_ms, with the session announced as waiting
+-- (the queue's waiting lock, shared, held across transactions) until wait_end.
+-- Producers meeting it notify: iso_wake.spec.
 SELECT lonnymq.wait_begin('shop') BETWEEN 3500000 AND 3600000 AS next_in_an_hour;
 SELECT lonnymq.wait_begin('no-such-queue') IS NULL AS unknown_queue_waits_for_a_notify;
 SELECT count(*) AS announcements FROM pg_locks
 WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND mode = 'ShareLock'
-  AND classid::bigint = 1819242103 AND objid::integer IN (hashtext('shop'), hashtext('no-such-queue'));
-COMMIT;
+  AND classid::bigint = 1819242103 AND objid IN (hashtext('shop')::oid, hashtext('no-such-queue')::oid);
+SELECT lonnymq.wait_end('shop'), lonnymq.wait_end('no-such-queue');
+SELECT lonnymq.wait_end('shop');  -- (nothing left to end: nothing happens)
 SELECT count(*) AS none_left FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
 SELECT lonnymq.wait_begin(NULL);
 SELECT count(*) AS healthy FROM lonnymq.verify();

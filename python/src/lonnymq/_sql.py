@@ -113,6 +113,7 @@ ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::pg_catalog.inter
 
 WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::pg_catalog.text)"
 WAIT_BEGIN = "SELECT lonnymq.wait_begin(queue => %s::pg_catalog.text)"
+WAIT_END = "SELECT lonnymq.wait_end(queue => %s::pg_catalog.text)"
 
 VERIFY = "SELECT * FROM lonnymq.verify()"
 

@@ -314,13 +314,17 @@ class AsyncQueue:
         and yields how long to sleep at most (ms; None: until notified).
 
         Producers send the ``lonnymq`` NOTIFY only while a consumer waits, so a consumer that
-        LISTENs (on another connection: a session in a transaction receives notifications
-        only when it ends) sleeps inside this block. The announcement is an open transaction
-        on a pool connection that holds no snapshot; no wake-up is lost (see
+        LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
+        connection held for the block (no transaction stays open); no wake-up is lost (see
         ``lonnymq.wait_begin``)."""
-        async with self.pool.connection() as c, c.transaction():
+        async with self.pool.connection() as c:
             value = await (await c.execute(_sql.WAIT_BEGIN, (self.name,))).fetchone()
-            yield None if value is None or value[0] is None else int(value[0])
+            await c.commit()
+            try:
+                yield None if value is None or value[0] is None else int(value[0])
+            finally:
+                await c.execute(_sql.WAIT_END, (self.name,))
+                await c.commit()
 
     async def stats(self, *, conn: AsyncConnection[Any] | None = None) -> QueueStats:
         rows = await self._rows(_sql.QUEUE_STATS, (self.name,), conn)

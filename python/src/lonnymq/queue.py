@@ -285,13 +285,17 @@ class Queue:
         and yields how long to sleep at most (ms; None: until notified).
 
         Producers send the ``lonnymq`` NOTIFY only while a consumer waits, so a consumer that
-        LISTENs (on another connection: a session in a transaction receives notifications
-        only when it ends) sleeps inside this block. The announcement is an open transaction
-        on a pool connection that holds no snapshot; no wake-up is lost (see
+        LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
+        connection held for the block (no transaction stays open); no wake-up is lost (see
         ``lonnymq.wait_begin``)."""
-        with self.pool.connection() as c, c.transaction():
+        with self.pool.connection() as c:
             value = c.execute(_sql.WAIT_BEGIN, (self.name,)).fetchone()
-            yield None if value is None or value[0] is None else int(value[0])
+            c.commit()
+            try:
+                yield None if value is None or value[0] is None else int(value[0])
+            finally:
+                c.execute(_sql.WAIT_END, (self.name,))
+                c.commit()
 
     def stats(self, *, conn: Connection[Any] | None = None) -> QueueStats:
         rows = self._rows(_sql.QUEUE_STATS, (self.name,), conn)

@@ -27,15 +27,21 @@ def register(commands: Any) -> None:
 ANNOUNCE_EVERY_S = 5.0
 
 
-def announce(waiter: psycopg.Connection[Any], queue: str | None) -> None:
+def announce(
+    waiter: psycopg.Connection[Any], queues_now: list[str], before: list[str]
+) -> list[str]:
     """Producers send 'lonnymq' events only while a consumer waits (lonnymq.wait_begin): tail
-    counts as one, for its queue or every queue, in a transaction on its own connection (a
-    session in a transaction would receive notifications only when it ends)."""
-    waiter.rollback()
+    counts as one, for its queue or every queue, on its own autocommit connection. The new
+    announcement comes before the old one ends, so no event falls in between."""
     waiter.execute(
         "SELECT count(lonnymq.wait_begin(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
-        ([queue] if queue is not None else queues(waiter),),
+        (queues_now,),
     )
+    waiter.execute(
+        "SELECT count(lonnymq.wait_end(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
+        (before,),
+    )
+    return queues_now
 
 
 def queues(conn: psycopg.Connection[Any]) -> list[str]:
@@ -45,16 +51,21 @@ def queues(conn: psycopg.Connection[Any]) -> list[str]:
 def run(dsn: str, args: argparse.Namespace) -> int:
     seen = 0
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as waiter:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn, autocommit=True) as waiter,
+    ):
         for channel in CHANNELS:
             conn.execute("LISTEN " + channel)
-        announce(waiter, args.queue)
+        announced_to = announce(waiter, [args.queue] if args.queue else queues(waiter), [])
         announced = time.monotonic()
         # Tell a reader (a test or a script) that events from now on will be shown.
         print(f"listening on {', '.join(CHANNELS)}", flush=True)
         while deadline is None or time.monotonic() < deadline:
             if time.monotonic() - announced > ANNOUNCE_EVERY_S:
-                announce(waiter, args.queue)
+                announced_to = announce(
+                    waiter, [args.queue] if args.queue else queues(waiter), announced_to
+                )
                 announced = time.monotonic()
             wait = 1.0 if deadline is None else max(min(1.0, deadline - time.monotonic()), 0)
             for notify in conn.notifies(timeout=wait):
