@@ -118,7 +118,9 @@ CREATE TABLE lonnymq.queue (
     id integer NOT NULL DEFAULT pg_catalog.nextval('lonnymq.queue_id_seq') PRIMARY KEY,
     name text NOT NULL UNIQUE,
     channelless_turn_ms bigint NOT NULL DEFAULT 0,
-    channelless_turn_seq bigint NOT NULL DEFAULT 0
+    channelless_turn_seq bigint NOT NULL DEFAULT 0,
+    -- queue_pause: message_dequeue returns nothing (it reads this row anyway).
+    paused boolean NOT NULL DEFAULT false
 );
 ALTER SEQUENCE lonnymq.queue_id_seq OWNED BY lonnymq.queue.id;
 COMMENT ON TABLE lonnymq.queue IS 'Queues by name; created on first use, never removed automatically.';
@@ -158,17 +160,22 @@ CREATE TABLE lonnymq.channel (
     ready_ms bigint,
     -- the key of the channel's head lock (an advisory lock), computed once.
     lock_key integer NOT NULL GENERATED ALWAYS AS (lonnymq._channel_lock_key(queue_id, name)) STORED,
+    -- channel_pause: out of the ready index (below), so dequeue never meets it.
+    paused boolean NOT NULL DEFAULT false,
     UNIQUE (queue_id, name)
 ) WITH (fillfactor = 70);
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
 COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling state.';
 
 -- The fair scheduler: the channel that has waited longest is the first entry.
+-- A paused channel keeps its ready_ms (resuming needs no recomputation) but
+-- leaves the index, so pausing costs dequeue nothing.
 CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
-    WHERE ready_ms IS NOT NULL;
--- Candidates for the idle-channel sweep.
+    WHERE ready_ms IS NOT NULL AND NOT paused;
+-- Candidates for the idle-channel sweep. A paused channel is kept: sweeping
+-- it would forget the pause.
 CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
-    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0;
+    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0 AND NOT paused;
 
 -- Live messages: pending, scheduled or locked.
 CREATE SEQUENCE lonnymq.message_id_seq;
@@ -1001,7 +1008,7 @@ BEGIN
     FOR v_candidate IN
         SELECT c.id, c.queue_id, c.name
         FROM lonnymq.channel c
-        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0
+        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0 AND NOT c.paused
           AND c.last_turn_ms <= v_idle_before_ms
         ORDER BY c.last_turn_ms
         LIMIT channel_sweep.max_channels
@@ -1688,7 +1695,7 @@ BEGIN
     IF p_only IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
         FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+              WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
                 AND (p_channelless_ms IS NULL
                      OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
               ORDER BY c.ready_ms, c.turn_seq, c.id
@@ -1700,7 +1707,7 @@ BEGIN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
         FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
               WHERE c.id = ANY (p_only) AND c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms
-                AND c.id <> ALL (p_tried)
+                AND NOT c.paused AND c.id <> ALL (p_tried)
                 AND (p_channelless_ms IS NULL
                      OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
               ORDER BY c.ready_ms, c.turn_seq, c.id
@@ -1829,7 +1836,7 @@ BEGIN
     -- Pinned, without waiting (see _pin_channel).
     SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.ready_ms, x.turn_seq, x.id), '{}') INTO v_held
     FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
             AND (p_channelless_ms IS NULL
                  OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
             AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
@@ -1839,7 +1846,7 @@ BEGIN
     IF pg_catalog.cardinality(v_held) = 0 AND p_channelless_ms IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
         FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
+              WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried) AND NOT c.paused
                 AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
               ORDER BY c.last_turn_ms, c.turn_seq, c.id
               LIMIT p_want
@@ -1884,7 +1891,7 @@ BEGIN
     -- snapshot (but before the pin) may have made it accounted, and
     -- accounted channels are never served while held.
     SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
-    IF v_channel.id IS NOT NULL
+    IF v_channel.id IS NOT NULL AND NOT v_channel.paused
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
         IF v_channel.max_attempts IS NOT NULL THEN
             PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, false, p_queue.name);
@@ -1984,9 +1991,15 @@ BEGIN
         GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
     END IF;
+    -- queue_pause: no fresh delivery. (Expired locks above are work handed
+    -- out before the pause, redelivered as for a paused channel.)
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
     IF v_channelless_ms IS NOT NULL THEN
         v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
-            OR EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms);
+            OR EXISTS (SELECT 1 FROM lonnymq.channel c
+                       WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND NOT c.paused);
     END IF;
 
     WHILE v_left > 0 LOOP
@@ -2373,14 +2386,30 @@ COMMENT ON FUNCTION lonnymq.message_cancel(bigint) IS 'Removes a pending message
 
 -- Re-creates an archived message (redrive) with its content and state and
 -- fresh attempts, through the normal creation path (limits apply). The
--- archive row is removed once the message exists again.
--- Returns (status, id): created, dropped, or not_found.
+-- archive row, which the caller holds locked, is removed once the message
+-- exists again. Returns (status, id): created or dropped.
+CREATE OR REPLACE FUNCTION lonnymq._requeue(p_archived lonnymq.message_archive, OUT status text, OUT id bigint)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT r.status, r.id INTO status, id
+    FROM lonnymq._create_one(lonnymq._queue_id(p_archived.queue, true), p_archived.queue, p_archived.channel,
+                             p_archived.content, lonnymq._now_ms(), 0, NULL, p_archived.state, 0, 'requeued',
+                             true) r;
+    IF status = 'created' THEN
+        DELETE FROM lonnymq.message_archive a WHERE a.id = p_archived.id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._requeue(lonnymq.message_archive) IS 'Re-creates a locked archive row as a message.';
+
+-- Redrives one archived message. Returns (status, id): created, dropped
+-- (its channel is full), or not_found.
 CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(archive_id bigint, OUT status text, OUT id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_archived lonnymq.message_archive;
-    v_result record;
 BEGIN
     IF archive_requeue.archive_id IS NULL THEN
         PERFORM lonnymq._invalid('archive_id must not be NULL');
@@ -2390,40 +2419,111 @@ BEGIN
         status := 'not_found';
         RETURN;
     END IF;
-    SELECT r.status, r.id INTO v_result
-    FROM lonnymq._create_one(lonnymq._queue_id(v_archived.queue, true), v_archived.queue, v_archived.channel,
-                             v_archived.content, lonnymq._now_ms(), 0, NULL, v_archived.state, 0, 'requeued',
-                             true) r;
-    IF v_result.status = 'created' THEN
-        DELETE FROM lonnymq.message_archive a WHERE a.id = v_archived.id;
-    END IF;
-    status := v_result.status;
-    id := v_result.id;
+    SELECT r.status, r.id INTO status, id FROM lonnymq._requeue(v_archived) r;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.archive_requeue(bigint) IS 'Redrives an archived message: (created|dropped|not_found, id).';
 
--- Deletes archive rows (and spent batch idempotency keys) archived longer
--- ago than older_than. Returns the number of archive rows removed.
-CREATE OR REPLACE FUNCTION lonnymq.archive_prune(older_than interval) RETURNS bigint
+-- Validates the filter shared by the bulk archive calls.
+CREATE OR REPLACE FUNCTION lonnymq._check_archive_filter(p_queue text, p_queue_nullable boolean, p_channel text,
+                                                         p_outcome text, p_after timestamptz,
+                                                         p_before timestamptz) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lonnymq._check_name(p_queue, 'queue', p_queue_nullable);
+    PERFORM lonnymq._check_name(p_channel, 'channel', true);
+    IF p_outcome IS NOT NULL AND p_outcome NOT IN ('completed', 'failed', 'dead') THEN
+        PERFORM lonnymq._invalid(pg_catalog.format('outcome must be completed, failed, dead or NULL, got %s',
+                                                   p_outcome));
+    END IF;
+    IF p_after >= p_before THEN
+        PERFORM lonnymq._invalid('archived_after must be earlier than archived_before');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._check_archive_filter(text, boolean, text, text, timestamptz, timestamptz)
+    IS 'Validates a bulk archive filter, 22023 otherwise.';
+
+-- Redrives every archived message of a queue that matches the filter (NULL:
+-- any channel, any outcome, no time bound; archived_after inclusive,
+-- archived_before exclusive), oldest first, each as archive_requeue would.
+-- Rows another transaction is requeueing are passed over. Returns how many
+-- were requeued and how many stay archived because their channel is full.
+CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(queue text, channel text DEFAULT NULL, outcome text DEFAULT NULL,
+                                                   archived_after timestamptz DEFAULT NULL,
+                                                   archived_before timestamptz DEFAULT NULL,
+                                                   OUT requeued bigint, OUT dropped bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_archived lonnymq.message_archive;
+BEGIN
+    PERFORM lonnymq._check_archive_filter(archive_requeue.queue, false, archive_requeue.channel,
+                                          archive_requeue.outcome, archive_requeue.archived_after,
+                                          archive_requeue.archived_before);
+    requeued := 0;
+    dropped := 0;
+    FOR v_archived IN
+        SELECT a.* FROM lonnymq.message_archive a
+        WHERE a.queue = archive_requeue.queue
+          AND (archive_requeue.channel IS NULL OR a.channel = archive_requeue.channel)
+          AND (archive_requeue.outcome IS NULL OR a.outcome = archive_requeue.outcome)
+          AND (archive_requeue.archived_after IS NULL OR a.archived_at >= archive_requeue.archived_after)
+          AND (archive_requeue.archived_before IS NULL OR a.archived_at < archive_requeue.archived_before)
+        ORDER BY a.archived_at, a.id
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        IF (lonnymq._requeue(v_archived)).status = 'created' THEN
+            requeued := requeued + 1;
+        ELSE
+            dropped := dropped + 1;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.archive_requeue(text, text, text, timestamptz, timestamptz)
+    IS 'Redrives every archived message matching a filter: (requeued, dropped).';
+
+-- Deletes archive rows archived longer ago than older_than, only those of a
+-- queue, channel and outcome when given. Without a channel or outcome filter
+-- it also drops spent batch idempotency keys that old (of that queue when
+-- given). Returns the number of archive rows removed.
+CREATE OR REPLACE FUNCTION lonnymq.archive_prune(older_than interval, queue text DEFAULT NULL,
+                                                 channel text DEFAULT NULL, outcome text DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_removed bigint;
+    v_before timestamptz;
 BEGIN
     PERFORM lonnymq._check_age(archive_prune.older_than, 'older_than');
+    PERFORM lonnymq._check_archive_filter(archive_prune.queue, true, archive_prune.channel,
+                                          archive_prune.outcome, NULL, NULL);
     -- Nothing was archived 6000 years ago, and now() minus a longer interval
     -- may not be a timestamp at all (the earliest is 4714 BC).
     IF archive_prune.older_than > '6000 years'::interval THEN
         RETURN 0;
     END IF;
-    DELETE FROM lonnymq.message_archive a WHERE a.archived_at < pg_catalog.now() - archive_prune.older_than;
+    v_before := pg_catalog.now() - archive_prune.older_than;
+    DELETE FROM lonnymq.message_archive a
+    WHERE a.archived_at < v_before
+      AND (archive_prune.queue IS NULL OR a.queue = archive_prune.queue)
+      AND (archive_prune.channel IS NULL OR a.channel = archive_prune.channel)
+      AND (archive_prune.outcome IS NULL OR a.outcome = archive_prune.outcome);
     GET DIAGNOSTICS v_removed = ROW_COUNT;
-    DELETE FROM lonnymq.batch b WHERE b.created_at < pg_catalog.now() - archive_prune.older_than;
+    IF archive_prune.channel IS NULL AND archive_prune.outcome IS NULL THEN
+        DELETE FROM lonnymq.batch b
+        WHERE b.created_at < v_before
+          AND (archive_prune.queue IS NULL
+               OR b.queue_id = (SELECT q.id FROM lonnymq.queue q WHERE q.name = archive_prune.queue));
+    END IF;
     RETURN v_removed;
 END
 $$;
-COMMENT ON FUNCTION lonnymq.archive_prune(interval) IS 'Removes archive rows older than the interval; returns the count.';
+COMMENT ON FUNCTION lonnymq.archive_prune(interval, text, text, text)
+    IS 'Removes archive rows older than the interval, optionally of one queue, channel, outcome; returns the count.';
 -- ===========================================================================
 -- Inspection: views with stable column names, wait_hint_ms, verify.
 -- Views read their tables with the extension owner's rights, so GRANT SELECT
@@ -2449,7 +2549,8 @@ JOIN lonnymq.queue q ON q.id = m.queue_id
 LEFT JOIN lonnymq.channel c ON c.id = m.channel_id;
 COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
--- Per channel, plus one row per queue (channel NULL) for channel-less messages.
+-- Per channel, plus one row per queue (channel NULL) for channel-less messages,
+-- whose paused column is the queue's.
 CREATE OR REPLACE VIEW lonnymq.channel_stats AS
 WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint AS ms),
 counts AS (
@@ -2467,14 +2568,16 @@ SELECT q.name AS queue, c.name AS channel,
        coalesce(k.scheduled, 0) AS scheduled,
        coalesce(k.locked, 0) AS locked,
        c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts, c.retain_completed,
-       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms,
+       c.paused
 FROM lonnymq.channel c
 JOIN lonnymq.queue q ON q.id = c.queue_id
 CROSS JOIN now_ms n
 LEFT JOIN counts k ON k.queue_id = c.queue_id AND k.channel_id = c.id
 UNION ALL
 SELECT q.name, NULL, k.ready, k.scheduled, k.locked, NULL, NULL, NULL, NULL, NULL,
-       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END,
+       q.paused
 FROM counts k
 JOIN lonnymq.queue q ON q.id = k.queue_id
 CROSS JOIN now_ms n
@@ -2487,10 +2590,11 @@ SELECT q.name AS queue,
        coalesce(pg_catalog.sum(s.ready), 0)::bigint AS ready,
        coalesce(pg_catalog.sum(s.scheduled), 0)::bigint AS scheduled,
        coalesce(pg_catalog.sum(s.locked), 0)::bigint AS locked,
-       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived
+       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived,
+       q.paused
 FROM lonnymq.queue q
 LEFT JOIN lonnymq.channel_stats s ON s.queue = q.name
-GROUP BY q.id, q.name;
+GROUP BY q.id, q.name, q.paused;
 COMMENT ON VIEW lonnymq.queue_stats IS 'Totals per queue.';
 
 -- Milliseconds until a dequeue of the queue could return something: 0 now,
@@ -2504,13 +2608,13 @@ DECLARE
     v_next_ms bigint;
 BEGIN
     PERFORM lonnymq._check_name(wait_hint_ms.queue, 'queue', false);
-    v_queue_id := lonnymq._queue_id(wait_hint_ms.queue, false);
+    SELECT q.id INTO v_queue_id FROM lonnymq.queue q WHERE q.name = wait_hint_ms.queue AND NOT q.paused;
     IF v_queue_id IS NULL THEN
-        RETURN NULL;
+        RETURN NULL;  -- unknown or paused: nothing can be dequeued until it changes
     END IF;
     v_next_ms := least(
         (SELECT c.ready_ms FROM lonnymq.channel c
-         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL ORDER BY c.ready_ms LIMIT 1),
+         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL AND NOT c.paused ORDER BY c.ready_ms LIMIT 1),
         (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
          WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
         (SELECT m.dequeue_ms FROM lonnymq.message m
@@ -2671,6 +2775,102 @@ AS $$
     WHERE c.queue_id <> m.queue_id
 $$;
 COMMENT ON FUNCTION lonnymq.verify() IS 'Broken invariants, one row each; empty when healthy.';
+-- ===========================================================================
+-- Operator controls: pause and resume a channel or a whole queue.
+-- A paused channel leaves channel_ready_idx (its predicate says NOT paused)
+-- and a paused queue is seen in the queue row message_dequeue reads anyway,
+-- so pausing adds no probe to dequeue (SPEC 3.10, 3.15). Work handed out
+-- before the pause finishes: it settles normally, and an expired lock is
+-- redelivered as usual. Producers keep enqueueing.
+-- ===========================================================================
+
+-- Sets a channel's paused flag. The row lock waits for a dequeue or settle of
+-- the channel in progress (they hold the row briefly); a dequeue that starts
+-- later rechecks the flag when it locks the row, so none serves the channel
+-- once this commits. Nothing else changes: ready_ms is kept, so resuming
+-- puts the channel back exactly where it was in the rotation.
+CREATE OR REPLACE FUNCTION lonnymq._channel_set_paused(p_queue text, p_channel text, p_paused boolean) RETURNS text
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+BEGIN
+    PERFORM lonnymq._check_name(p_queue, 'queue', false);
+    PERFORM lonnymq._check_name(p_channel, 'channel', false);
+    v_queue_id := lonnymq._queue_id(p_queue, false);
+    UPDATE lonnymq.channel c SET paused = p_paused
+    WHERE c.queue_id = v_queue_id AND c.name = p_channel;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF NOT p_paused THEN
+        -- Idle workers sleep until told: its waiting work is ready again.
+        PERFORM lonnymq._notify('lonnymq', p_queue, 'resumed');
+    END IF;
+    RETURN CASE WHEN p_paused THEN 'paused' ELSE 'resumed' END;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_set_paused(text, text, boolean) IS 'Pauses or resumes a channel.';
+
+-- Stops dequeue from serving a channel. Status: paused, not_found.
+CREATE OR REPLACE FUNCTION lonnymq.channel_pause(queue text, channel text) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN lonnymq._channel_set_paused(channel_pause.queue, channel_pause.channel, true);
+END
+$$;
+COMMENT ON FUNCTION lonnymq.channel_pause(text, text) IS 'Stops serving a channel: paused, not_found.';
+
+-- Serves a paused channel again. Status: resumed, not_found.
+CREATE OR REPLACE FUNCTION lonnymq.channel_resume(queue text, channel text) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN lonnymq._channel_set_paused(channel_resume.queue, channel_resume.channel, false);
+END
+$$;
+COMMENT ON FUNCTION lonnymq.channel_resume(text, text) IS 'Serves a paused channel again: resumed, not_found.';
+
+-- Sets a queue's paused flag. Dequeue never waits for the queue row (it
+-- records the channel-less turn with SKIP LOCKED), so this never blocks it.
+-- A dequeue whose snapshot predates the commit may still finish its delivery.
+CREATE OR REPLACE FUNCTION lonnymq._queue_set_paused(p_queue text, p_paused boolean) RETURNS text
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lonnymq._check_name(p_queue, 'queue', false);
+    UPDATE lonnymq.queue q SET paused = p_paused WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF NOT p_paused THEN
+        PERFORM lonnymq._notify('lonnymq', p_queue, 'resumed');
+    END IF;
+    RETURN CASE WHEN p_paused THEN 'paused' ELSE 'resumed' END;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._queue_set_paused(text, boolean) IS 'Pauses or resumes a queue.';
+
+-- Stops dequeue from serving a whole queue. Status: paused, not_found.
+CREATE OR REPLACE FUNCTION lonnymq.queue_pause(queue text) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN lonnymq._queue_set_paused(queue_pause.queue, true);
+END
+$$;
+COMMENT ON FUNCTION lonnymq.queue_pause(text) IS 'Stops serving a queue: paused, not_found.';
+
+-- Serves a paused queue again. Status: resumed, not_found.
+CREATE OR REPLACE FUNCTION lonnymq.queue_resume(queue text) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN lonnymq._queue_set_paused(queue_resume.queue, false);
+END
+$$;
+COMMENT ON FUNCTION lonnymq.queue_resume(text) IS 'Serves a paused queue again: resumed, not_found.';
 -- ===========================================================================
 -- Periodic work through pg_cron (optional). Everything else works without
 -- pg_cron; these functions say clearly when it is missing. They run as the

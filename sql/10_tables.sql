@@ -11,7 +11,9 @@ CREATE TABLE lonnymq.queue (
     id integer NOT NULL DEFAULT pg_catalog.nextval('lonnymq.queue_id_seq') PRIMARY KEY,
     name text NOT NULL UNIQUE,
     channelless_turn_ms bigint NOT NULL DEFAULT 0,
-    channelless_turn_seq bigint NOT NULL DEFAULT 0
+    channelless_turn_seq bigint NOT NULL DEFAULT 0,
+    -- queue_pause: message_dequeue returns nothing (it reads this row anyway).
+    paused boolean NOT NULL DEFAULT false
 );
 ALTER SEQUENCE lonnymq.queue_id_seq OWNED BY lonnymq.queue.id;
 COMMENT ON TABLE lonnymq.queue IS 'Queues by name; created on first use, never removed automatically.';
@@ -51,17 +53,22 @@ CREATE TABLE lonnymq.channel (
     ready_ms bigint,
     -- the key of the channel's head lock (an advisory lock), computed once.
     lock_key integer NOT NULL GENERATED ALWAYS AS (lonnymq._channel_lock_key(queue_id, name)) STORED,
+    -- channel_pause: out of the ready index (below), so dequeue never meets it.
+    paused boolean NOT NULL DEFAULT false,
     UNIQUE (queue_id, name)
 ) WITH (fillfactor = 70);
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
 COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling state.';
 
 -- The fair scheduler: the channel that has waited longest is the first entry.
+-- A paused channel keeps its ready_ms (resuming needs no recomputation) but
+-- leaves the index, so pausing costs dequeue nothing.
 CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
-    WHERE ready_ms IS NOT NULL;
--- Candidates for the idle-channel sweep.
+    WHERE ready_ms IS NOT NULL AND NOT paused;
+-- Candidates for the idle-channel sweep. A paused channel is kept: sweeping
+-- it would forget the pause.
 CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
-    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0;
+    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0 AND NOT paused;
 
 -- Live messages: pending, scheduled or locked.
 CREATE SEQUENCE lonnymq.message_id_seq;

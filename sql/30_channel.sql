@@ -190,7 +190,7 @@ BEGIN
     FOR v_candidate IN
         SELECT c.id, c.queue_id, c.name
         FROM lonnymq.channel c
-        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0
+        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0 AND NOT c.paused
           AND c.last_turn_ms <= v_idle_before_ms
         ORDER BY c.last_turn_ms
         LIMIT channel_sweep.max_channels

@@ -214,7 +214,7 @@ BEGIN
     IF p_only IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
         FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+              WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
                 AND (p_channelless_ms IS NULL
                      OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
               ORDER BY c.ready_ms, c.turn_seq, c.id
@@ -226,7 +226,7 @@ BEGIN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
         FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
               WHERE c.id = ANY (p_only) AND c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms
-                AND c.id <> ALL (p_tried)
+                AND NOT c.paused AND c.id <> ALL (p_tried)
                 AND (p_channelless_ms IS NULL
                      OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
               ORDER BY c.ready_ms, c.turn_seq, c.id
@@ -355,7 +355,7 @@ BEGIN
     -- Pinned, without waiting (see _pin_channel).
     SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.ready_ms, x.turn_seq, x.id), '{}') INTO v_held
     FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND c.id <> ALL (p_tried)
+          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
             AND (p_channelless_ms IS NULL
                  OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
             AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
@@ -365,7 +365,7 @@ BEGIN
     IF pg_catalog.cardinality(v_held) = 0 AND p_channelless_ms IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
         FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried)
+              WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried) AND NOT c.paused
                 AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
               ORDER BY c.last_turn_ms, c.turn_seq, c.id
               LIMIT p_want
@@ -410,7 +410,7 @@ BEGIN
     -- snapshot (but before the pin) may have made it accounted, and
     -- accounted channels are never served while held.
     SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
-    IF v_channel.id IS NOT NULL
+    IF v_channel.id IS NOT NULL AND NOT v_channel.paused
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
         IF v_channel.max_attempts IS NOT NULL THEN
             PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, false, p_queue.name);
@@ -510,9 +510,15 @@ BEGIN
         GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
     END IF;
+    -- queue_pause: no fresh delivery. (Expired locks above are work handed
+    -- out before the pause, redelivered as for a paused channel.)
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
     IF v_channelless_ms IS NOT NULL THEN
         v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
-            OR EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms);
+            OR EXISTS (SELECT 1 FROM lonnymq.channel c
+                       WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND NOT c.paused);
     END IF;
 
     WHILE v_left > 0 LOOP

@@ -23,7 +23,8 @@ JOIN lonnymq.queue q ON q.id = m.queue_id
 LEFT JOIN lonnymq.channel c ON c.id = m.channel_id;
 COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
--- Per channel, plus one row per queue (channel NULL) for channel-less messages.
+-- Per channel, plus one row per queue (channel NULL) for channel-less messages,
+-- whose paused column is the queue's.
 CREATE OR REPLACE VIEW lonnymq.channel_stats AS
 WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint AS ms),
 counts AS (
@@ -41,14 +42,16 @@ SELECT q.name AS queue, c.name AS channel,
        coalesce(k.scheduled, 0) AS scheduled,
        coalesce(k.locked, 0) AS locked,
        c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts, c.retain_completed,
-       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms,
+       c.paused
 FROM lonnymq.channel c
 JOIN lonnymq.queue q ON q.id = c.queue_id
 CROSS JOIN now_ms n
 LEFT JOIN counts k ON k.queue_id = c.queue_id AND k.channel_id = c.id
 UNION ALL
 SELECT q.name, NULL, k.ready, k.scheduled, k.locked, NULL, NULL, NULL, NULL, NULL,
-       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END,
+       q.paused
 FROM counts k
 JOIN lonnymq.queue q ON q.id = k.queue_id
 CROSS JOIN now_ms n
@@ -61,10 +64,11 @@ SELECT q.name AS queue,
        coalesce(pg_catalog.sum(s.ready), 0)::bigint AS ready,
        coalesce(pg_catalog.sum(s.scheduled), 0)::bigint AS scheduled,
        coalesce(pg_catalog.sum(s.locked), 0)::bigint AS locked,
-       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived
+       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived,
+       q.paused
 FROM lonnymq.queue q
 LEFT JOIN lonnymq.channel_stats s ON s.queue = q.name
-GROUP BY q.id, q.name;
+GROUP BY q.id, q.name, q.paused;
 COMMENT ON VIEW lonnymq.queue_stats IS 'Totals per queue.';
 
 -- Milliseconds until a dequeue of the queue could return something: 0 now,
@@ -78,13 +82,13 @@ DECLARE
     v_next_ms bigint;
 BEGIN
     PERFORM lonnymq._check_name(wait_hint_ms.queue, 'queue', false);
-    v_queue_id := lonnymq._queue_id(wait_hint_ms.queue, false);
+    SELECT q.id INTO v_queue_id FROM lonnymq.queue q WHERE q.name = wait_hint_ms.queue AND NOT q.paused;
     IF v_queue_id IS NULL THEN
-        RETURN NULL;
+        RETURN NULL;  -- unknown or paused: nothing can be dequeued until it changes
     END IF;
     v_next_ms := least(
         (SELECT c.ready_ms FROM lonnymq.channel c
-         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL ORDER BY c.ready_ms LIMIT 1),
+         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL AND NOT c.paused ORDER BY c.ready_ms LIMIT 1),
         (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
          WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
         (SELECT m.dequeue_ms FROM lonnymq.message m

@@ -63,3 +63,18 @@ ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_d
 -- release_interval_ms is bounded (1000 years) so that no turn time plus it
 -- can overflow; a larger one already set would fail every dequeue of its queue.
 UPDATE lonnymq.channel SET release_interval_ms = 31557600000000 WHERE release_interval_ms > 31557600000000;
+
+-- Operator controls (85_operate.sql): paused queues and channels. A paused
+-- channel leaves the ready index and is never swept.
+ALTER TABLE lonnymq.queue ADD COLUMN paused boolean NOT NULL DEFAULT false;
+ALTER TABLE lonnymq.channel ADD COLUMN paused boolean NOT NULL DEFAULT false;
+DROP INDEX lonnymq.channel_ready_idx;
+CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
+    WHERE ready_ms IS NOT NULL AND NOT paused;
+DROP INDEX lonnymq.channel_idle_idx;
+CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
+    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0 AND NOT paused;
+-- archive_prune takes an optional queue, channel and outcome filter: a new
+-- signature (an overload would make archive_prune('7 days') ambiguous).
+-- Its GRANTs, if any were given, must be given again.
+DROP FUNCTION lonnymq.archive_prune(interval);
