@@ -64,11 +64,13 @@ COMMENT ON FUNCTION lonnymq._check_archive_filter(text, boolean, text, text, tim
     IS 'Validates a bulk archive filter, 22023 otherwise.';
 
 -- Redrives every archived message of a queue that matches the filter (NULL:
--- any channel, any outcome, no time bound; archived_after inclusive,
+-- any outcome, any channel, no time bound; archived_after inclusive,
 -- archived_before exclusive), oldest first, each as archive_requeue would.
 -- Rows another transaction is requeueing are passed over. Returns how many
 -- were requeued and how many stay archived because their channel is full.
-CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(queue text, channel text DEFAULT NULL, outcome text DEFAULT NULL,
+-- outcome has no default: a call with one argument is always the single
+-- form above, so archive_requeue('42') cannot redrive a queue named "42".
+CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(queue text, outcome text, channel text DEFAULT NULL,
                                                    archived_after timestamptz DEFAULT NULL,
                                                    archived_before timestamptz DEFAULT NULL,
                                                    OUT requeued bigint, OUT dropped bigint)

@@ -4,7 +4,7 @@
 
 BEGIN;
 CREATE EXTENSION lonnymq;
-SELECT plan(106);
+SELECT plan(132);
 
 CREATE TEMP TABLE api (name text, args name[], arguments text, result text, returns text);
 INSERT INTO api VALUES
@@ -37,7 +37,21 @@ INSERT INTO api VALUES
 ('message_fail', '{bigint,bigint,text}', 'id bigint, num_attempts bigint, error text DEFAULT NULL::text', 'text', 'text'),
 ('message_cancel', '{bigint}', 'id bigint', 'text', 'text'),
 ('archive_requeue', '{bigint}', 'archive_id bigint, OUT status text, OUT id bigint', 'record', 'record'),
-('archive_prune', '{interval}', 'older_than interval', 'bigint', 'bigint'),
+-- The bulk form: a second signature, whose first parameter differs from the
+-- single form's in name and type, and it needs two, so neither notation can
+-- confuse them.
+('archive_requeue', '{text,text,text,timestamp with time zone,timestamp with time zone}',
+ 'queue text, outcome text, channel text DEFAULT NULL::text, '
+ 'archived_after timestamp with time zone DEFAULT NULL::timestamp with time zone, '
+ 'archived_before timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT requeued bigint, OUT dropped bigint',
+ 'record', 'record'),
+('archive_prune', '{interval,text,text,text}',
+ 'older_than interval, queue text DEFAULT NULL::text, channel text DEFAULT NULL::text, outcome text DEFAULT NULL::text',
+ 'bigint', 'bigint'),
+('channel_pause', '{text,text}', 'queue text, channel text', 'text', 'text'),
+('channel_resume', '{text,text}', 'queue text, channel text', 'text', 'text'),
+('queue_pause', '{text}', 'queue text', 'text', 'text'),
+('queue_resume', '{text}', 'queue text', 'text', 'text'),
 ('wait_hint_ms', '{text}', 'queue text', 'bigint', 'bigint'),
 ('wait_begin', '{text}', 'queue text', 'bigint', 'bigint'),
 ('wait_end', '{text}', 'queue text', 'void', 'void'),
@@ -51,24 +65,33 @@ INSERT INTO api VALUES
  'cron text DEFAULT ''*/10 * * * *''::text, archive_retention interval DEFAULT ''7 days''::interval', 'bigint', 'bigint'),
 ('maintenance_unschedule', '{}', '', 'text', 'text');
 
--- 20 functions x 4 tests.
+-- The argument types of a function, as has_function names them.
+CREATE FUNCTION pg_temp.arg_types(p_oid oid) RETURNS name[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(format_type(t.oid, NULL) ORDER BY t.n), '{}')::name[]
+    FROM pg_proc p, unnest(p.proargtypes::oid[]) WITH ORDINALITY t(oid, n) WHERE p.oid = p_oid
+$$;
+
+-- 25 signatures x 4 tests.
 SELECT has_function('lonnymq', a.name, a.args, a.name || '(' || array_to_string(a.args, ', ') || ') exists')
 FROM api a ORDER BY a.name;
 SELECT function_returns('lonnymq', a.name, a.args, a.returns, a.name || ' returns ' || a.returns)
 FROM api a ORDER BY a.name;
 SELECT is(pg_get_function_arguments(p.oid), a.arguments, a.name || ': argument names, types and defaults')
 FROM api a JOIN pg_proc p ON p.proname = a.name AND p.pronamespace = 'lonnymq'::regnamespace
-ORDER BY a.name;
+                        AND pg_temp.arg_types(p.oid) = a.args
+ORDER BY a.name, a.args;
 SELECT is(pg_get_function_result(p.oid), a.result, a.name || ': result columns')
 FROM api a JOIN pg_proc p ON p.proname = a.name AND p.pronamespace = 'lonnymq'::regnamespace
-ORDER BY a.name;
+                        AND pg_temp.arg_types(p.oid) = a.args
+ORDER BY a.name, a.args;
 
--- No overloads (named notation would become ambiguous), and no other public
--- (non-underscore) function than the ones above.
-SELECT is((SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+-- No other overload (named notation could become ambiguous), and no other
+-- public (non-underscore) function than the ones above.
+SELECT is((SELECT array_agg(p.proname || pg_temp.arg_types(p.oid)::text ORDER BY p.proname, pg_temp.arg_types(p.oid))
+           FROM pg_proc p
            WHERE p.pronamespace = 'lonnymq'::regnamespace AND p.proname NOT LIKE '\_%'),
-          (SELECT array_agg(a.name ORDER BY a.name) FROM api a),
-          'the public functions are exactly the API, one signature each');
+          (SELECT array_agg(a.name || a.args::text ORDER BY a.name, a.args) FROM api a),
+          'the public functions are exactly the API, with exactly these signatures');
 
 -- Named notation, arguments in a different order than declared.
 SELECT is((SELECT row(c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts, c.retain_completed, c.explicit)::text
@@ -113,6 +136,16 @@ SELECT is((SELECT r.status FROM lonnymq.message_archive a, lonnymq.archive_reque
            WHERE a.content = 'm4'),
           'created', 'archive_requeue in named notation');
 SELECT is((SELECT lonnymq.archive_prune(older_than => interval '1 day')), 0::bigint, 'archive_prune in named notation');
+SELECT is((SELECT lonnymq.archive_prune(outcome => 'dead', channel => 'c', queue => 'q', older_than => interval '0 days')),
+          0::bigint, 'archive_prune with filters in named notation');
+SELECT is((SELECT row(r.requeued, r.dropped)::text
+           FROM lonnymq.archive_requeue(archived_before => now() + interval '1 day', archived_after => NULL,
+                                        outcome => 'failed', channel => 'c', queue => 'q') r),
+          '(0,0)', 'archive_requeue over a filter in named notation');
+SELECT is((SELECT lonnymq.channel_pause(channel => 'c', queue => 'q')), 'paused', 'channel_pause in named notation');
+SELECT is((SELECT lonnymq.channel_resume(channel => 'c', queue => 'q')), 'resumed', 'channel_resume in named notation');
+SELECT is((SELECT lonnymq.queue_pause(queue => 'q')), 'paused', 'queue_pause in named notation');
+SELECT is((SELECT lonnymq.queue_resume(queue => 'q')), 'resumed', 'queue_resume in named notation');
 SELECT is((SELECT lonnymq.channel_delete(channel => 'nope', queue => 'q')), 'not_found', 'channel_delete in named notation');
 SELECT is((SELECT lonnymq.channel_sweep(max_channels => 10)), 0, 'channel_sweep in named notation');
 SELECT is((SELECT count(*) FROM lonnymq.verify()), 0::bigint, 'verify() is empty after all of it');
