@@ -15,7 +15,7 @@ import psycopg
 import psycopg.errors
 
 from ..errors import LonnymqError
-from . import enqueue, install, send, status, tail
+from . import enqueue, install, send, status, tail, web
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dsn", help="libpq connection string (default: $DATABASE_URL)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (install, status, send, tail, enqueue):
+    for module in (install, status, send, tail, enqueue, web):
         module.register(commands)
     return parser
 

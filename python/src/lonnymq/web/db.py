@@ -1,0 +1,188 @@
+"""The dashboard's database access: a small async pool and the queries of each page.
+
+Every query is bounded: the summaries stop counting at ``count_limit`` and walk indexes
+only (``queue_summary``, ``channel_summary``, ``message_browse`` in SQL), lists have a
+LIMIT on an index order, and ``verify()`` (which scans everything) runs only when asked.
+When read-only, connections are ``default_transaction_read_only`` and may ``SET ROLE`` to
+a monitoring role, so the dashboard can do no more than that role's grants allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg.errors
+from psycopg import AsyncConnection, sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+Row = dict[str, Any]
+
+# Per-channel counts on the channels page stop here (a page shows up to 100 channels).
+CHANNEL_COUNT_LIMIT = 1000
+
+ARCHIVE_COLUMNS = (
+    "id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at, "
+    "octet_length(content) AS content_bytes"
+)
+
+
+class Database:
+    """Owns (or borrows) a pool; opened on first use, so a mounted app needs no lifespan."""
+
+    def __init__(
+        self,
+        conninfo_or_pool: str | AsyncConnectionPool,
+        *,
+        read_only: bool,
+        role: str | None,
+        count_limit: int,
+        pool_size: int = 4,
+    ) -> None:
+        self.read_only = read_only
+        self.role = role
+        self.count_limit = count_limit
+        self._lock = asyncio.Lock()
+        if isinstance(conninfo_or_pool, str):
+            self.pool = AsyncConnectionPool(
+                conninfo_or_pool,
+                min_size=1,
+                max_size=pool_size,
+                open=False,
+                name="lonnymq-web",
+                kwargs={"autocommit": True},
+                configure=self._configure,
+            )
+            self._owns_pool = True
+            self._opened = False
+        else:
+            self.pool = conninfo_or_pool
+            self._owns_pool = False
+            self._opened = True
+        self.conninfo = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+
+    async def _configure(self, conn: AsyncConnection[Any]) -> None:
+        if self.read_only:
+            await conn.execute("SET default_transaction_read_only = on")
+        if self.role:
+            await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.role)))
+
+    async def open(self) -> None:
+        async with self._lock:
+            if not self._opened:
+                await self.pool.open(wait=True)
+                self._opened = True
+
+    async def close(self) -> None:
+        if self._owns_pool and self._opened:
+            await self.pool.close()
+            self._opened = False
+
+    async def rows(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> list[Row]:
+        await self.open()
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+    async def row(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> Row | None:
+        found = await self.rows(query, params)
+        return found[0] if found else None
+
+    async def value(self, query: str, params: Sequence[Any] = ()) -> Any:
+        found = await self.row(query, params)
+        return None if found is None else next(iter(found.values()))
+
+    # -- pages --------------------------------------------------------------------------
+
+    async def queues(self) -> list[Row]:
+        return await self.rows(
+            "SELECT * FROM lonnymq.queue_summary(count_limit => %s)", (self.count_limit,)
+        )
+
+    async def table_activity(self) -> Row | None:
+        """Cumulative inserts and deletes of the message table (all queues): throughput."""
+        return await self.row(
+            "SELECT n_tup_ins AS created, n_tup_del AS removed FROM pg_catalog.pg_stat_user_tables"
+            " WHERE schemaname = 'lonnymq' AND relname = 'message'"
+        )
+
+    async def verify(self) -> list[str]:
+        return [r["verify"] for r in await self.rows("SELECT * FROM lonnymq.verify()")]
+
+    async def channels(self, queue: str, max_channels: int) -> list[Row]:
+        return await self.rows(
+            "SELECT * FROM lonnymq.channel_summary(queue => %s, max_channels => %s,"
+            " count_limit => %s)",
+            (queue, max_channels, min(self.count_limit, CHANNEL_COUNT_LIMIT)),
+        )
+
+    async def browse(
+        self, queue: str, channel: str | None, state: str | None, limit: int
+    ) -> list[Row]:
+        return await self.rows(
+            "SELECT * FROM lonnymq.message_browse(queue => %s, channel => %s, state => %s,"
+            " max_messages => %s)",
+            (queue, channel, state, limit),
+        )
+
+    async def message(self, message_id: int) -> Row | None:
+        return await self.row("SELECT * FROM lonnymq.messages WHERE id = %s", (message_id,))
+
+    async def message_by_dedup_key(self, queue: str, dedup_key: str) -> Row | None:
+        return await self.row(
+            "SELECT * FROM lonnymq.messages WHERE queue = %s AND dedup_key = %s",
+            (queue, dedup_key),
+        )
+
+    async def archive(
+        self,
+        queue: str | None,
+        outcome: str | None,
+        after: datetime | None,
+        before: datetime | None,
+        limit: int,
+    ) -> list[Row]:
+        # Newest first through message_archive_queue_idx (queue, archived_at) or
+        # message_archive_archived_idx; the other filters apply to the rows walked.
+        conditions: list[sql.Composable] = [sql.SQL("TRUE")]
+        params: list[Any] = []
+        for column, op, value in (
+            ("queue", "=", queue),
+            ("outcome", "=", outcome),
+            ("archived_at", ">=", after),
+            ("archived_at", "<", before),
+        ):
+            if value is not None:
+                conditions.append(sql.SQL("{} " + op + " %s").format(sql.Identifier(column)))
+                params.append(value)
+        query = sql.SQL(
+            "SELECT " + ARCHIVE_COLUMNS + " FROM lonnymq.message_archive WHERE {}"
+            " ORDER BY archived_at DESC, id DESC LIMIT %s"
+        ).format(sql.SQL(" AND ").join(conditions))
+        return await self.rows(query, [*params, limit])
+
+    async def archived(self, archive_id: int) -> Row | None:
+        return await self.row(
+            "SELECT *, octet_length(content) AS content_bytes FROM lonnymq.message_archive"
+            " WHERE id = %s",
+            (archive_id,),
+        )
+
+    async def cron_jobs(self) -> list[Row] | None:
+        """lonnymq's pg_cron jobs; None when pg_cron is not installed (or not readable)."""
+        installed = await self.value(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron')"
+        )
+        if not installed:
+            return None
+        try:
+            return await self.rows(
+                "SELECT jobid, jobname, schedule, command, active FROM cron.job"
+                " WHERE jobname LIKE 'lonnymq%%' ORDER BY jobname"
+            )
+        except psycopg.errors.InsufficientPrivilege:  # no USAGE on schema cron
+            return None

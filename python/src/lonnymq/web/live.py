@@ -1,0 +1,100 @@
+"""Live updates: one LISTEN connection per app, fanned out to the open pages as
+server-sent events.
+
+NOTIFY is only a hint (it misses delayed messages becoming due and expired locks), so the
+pages also refresh on a timer; this only makes them react at once. Notifications are
+coalesced: a page hears at most one event per ``min_interval_s``, however busy the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import psycopg
+
+log = logging.getLogger("lonnymq.web")
+
+CHANNELS = ("lonnymq", "lonnymq_dead")
+RECONNECT_DELAY_S = 2.0
+KEEPALIVE_S = 15.0
+
+
+class Broadcaster:
+    """Listens while at least one page is subscribed; each subscriber gets the latest
+    payload per queue since it last read."""
+
+    def __init__(self, conninfo: str | None, min_interval_s: float = 1.0) -> None:
+        self._conninfo = conninfo
+        self._min_interval_s = min_interval_s
+        self._subscribers: set[asyncio.Queue[str]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._conninfo is not None
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[asyncio.Queue[str]]:
+        inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=100)
+        self._subscribers.add(inbox)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._listen())
+        try:
+            yield inbox
+        finally:
+            self._subscribers.discard(inbox)
+            if not self._subscribers and self._task is not None:
+                self._task.cancel()
+                self._task = None
+
+    def publish(self, payload: str) -> None:
+        for inbox in list(self._subscribers):
+            if inbox.full():
+                continue  # a slow page: it refreshes anyway
+            inbox.put_nowait(payload)
+
+    async def _listen(self) -> None:
+        assert self._conninfo is not None
+        while self._subscribers:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                ) as conn:
+                    for channel in CHANNELS:
+                        await conn.execute("LISTEN " + channel)
+                    async for notify in conn.notifies():
+                        self.publish(_event(notify.channel, notify.payload))
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection lost (%s); pages fall back to timed refresh", exc)
+                await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def stream(self) -> AsyncIterator[str]:
+        """The text/event-stream body of one page: coalesced events and keep-alives."""
+        async with self.subscribe() as inbox:
+            yield "retry: 5000\n\n"
+            while True:
+                try:
+                    payload = await asyncio.wait_for(inbox.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                # Coalesce: whatever arrives within the interval becomes one event.
+                await asyncio.sleep(self._min_interval_s)
+                while not inbox.empty():
+                    payload = inbox.get_nowait()
+                yield f"event: lonnymq\ndata: {payload}\n\n"
+
+
+def _event(channel: str, payload: str) -> str:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        data = {"raw": payload}
+    if not isinstance(data, dict):
+        data = {"raw": payload}
+    data["listen"] = channel
+    return json.dumps(data, separators=(",", ":"))
