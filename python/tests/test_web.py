@@ -1,0 +1,342 @@
+"""The dashboard through Starlette's test client against the real database: every page,
+the filters, each action and its safety rules (read-only by default, same-origin, basic
+auth, the monitoring role), live events and /metrics."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from starlette.testclient import TestClient
+
+from lonnymq.web import create_app
+
+ORIGIN = {"origin": "http://testserver"}
+
+
+@pytest.fixture
+def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def client(dsn: str) -> Iterator[TestClient]:
+    with TestClient(create_app(dsn, actions=True), follow_redirects=False) as c:
+        yield c
+
+
+def create(db: psycopg.Connection[Any], queue: str, channel: str | None, content: bytes) -> int:
+    row = db.execute(
+        "SELECT id FROM lonnymq.message_create(%s, %s, %s)", (queue, channel, content)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def paused(db: psycopg.Connection[Any], queue: str, channel: str) -> bool:
+    row = db.execute(
+        "SELECT paused FROM lonnymq.channel_stats WHERE queue = %s AND channel = %s",
+        (queue, channel),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def served_channels(db: psycopg.Connection[Any], queue: str) -> list[str]:
+    rows = db.execute(
+        "SELECT channel FROM lonnymq.message_dequeue(%s, 60000, 100)", (queue,)
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def test_overview_lists_queues_with_bounded_counts(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    for i in range(5):
+        create(db, queue_name, f"tenant{i % 2}", b"x")
+    with TestClient(create_app(dsn, count_limit=3)) as c:
+        page = c.get("/")
+    assert page.status_code == 200
+    row = re.search(rf'<tr class="" data-queue="{queue_name}">(.*?)</tr>', page.text, re.S)
+    assert row is not None, page.text
+    # 5 ready, counted up to the limit of 3 only, and shown as "3+".
+    assert re.search(r'class="num ready">3\+</td>', row.group(1))
+    assert "read-only" in page.text
+
+
+def test_verify_page_reports_health(client: TestClient) -> None:
+    page = client.get("/verify")
+    assert page.status_code == 200
+    assert 'id="healthy"' in page.text
+
+
+def test_channels_saturated_first_and_pause_stops_serving(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    db.execute("SELECT lonnymq.channel_set(%s, 'busy', max_concurrency => 1)", (queue_name,))
+    for channel in ("aaa", "busy", "busy", "zzz"):
+        create(db, queue_name, channel, b"x")
+    # Saturate 'busy': one delivery while it has max_concurrency 1 and one more waiting.
+    db.execute("SELECT * FROM lonnymq.message_dequeue(%s, 60000, 3)", (queue_name,))
+    page = client.get("/channels", params={"queue": queue_name})
+    assert page.status_code == 200
+    order = re.findall(r'data-channel="([^"]+)"', page.text)
+    assert order[0] == "busy"
+    assert set(order) == {"aaa", "busy", "zzz"}
+
+    create(db, queue_name, "aaa", b"again")
+    create(db, queue_name, "zzz", b"again")
+    done = client.post(
+        "/actions/channel-pause",
+        data={"queue": queue_name, "channel": "aaa", "next": f"/channels?queue={queue_name}"},
+        headers=ORIGIN,
+    )
+    assert done.status_code == 303
+    assert done.headers["location"].startswith(f"/channels?queue={queue_name}&notice=")
+    assert paused(db, queue_name, "aaa")
+    assert served_channels(db, queue_name) == ["zzz"]
+    page = client.get(done.headers["location"])
+    assert "channel aaa: paused" in page.text
+    assert re.search(r'<tr class="paused\s*" data-channel="aaa">', page.text)
+
+    client.post(
+        "/actions/channel-resume", data={"queue": queue_name, "channel": "aaa"}, headers=ORIGIN
+    )
+    assert served_channels(db, queue_name) == ["aaa"]
+
+
+def test_policy_edit_and_invalid_input(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "t", b"x")
+    form = {"queue": queue_name, "channel": "t", "max_concurrency": "2", "release_interval_ms": "5"}
+    assert client.post("/actions/channel-policy", data=form, headers=ORIGIN).status_code == 303
+    row = db.execute(
+        "SELECT max_concurrency, release_interval_ms FROM lonnymq.channel_stats"
+        " WHERE queue = %s AND channel = 't'",
+        (queue_name,),
+    ).fetchone()
+    assert row == (2, 5)
+    bad = client.post(
+        "/actions/channel-policy", data={**form, "max_concurrency": "0"}, headers=ORIGIN
+    )
+    assert "refused" in bad.headers["location"]
+    assert "max_concurrency" in client.get(bad.headers["location"]).text
+    row = db.execute(
+        "SELECT max_concurrency FROM lonnymq.channel_stats WHERE queue = %s AND channel = 't'",
+        (queue_name,),
+    ).fetchone()
+    assert row == (2,)
+
+
+def test_queue_pause_and_resume(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, None, b"x")
+    client.post("/actions/queue-pause", data={"queue": queue_name}, headers=ORIGIN)
+    assert served_channels(db, queue_name) == []
+    assert 'class="tag warn">paused' in client.get("/").text
+    client.post("/actions/queue-resume", data={"queue": queue_name}, headers=ORIGIN)
+    assert len(served_channels(db, queue_name)) == 1
+
+
+def test_actions_refused_cross_origin_or_read_only(
+    dsn: str, client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "t", b"x")
+    form = {"queue": queue_name, "channel": "t"}
+    assert client.post("/actions/channel-pause", data=form).status_code == 403
+    evil = {"origin": "http://evil.example"}
+    assert client.post("/actions/channel-pause", data=form, headers=evil).status_code == 403
+    referer = {"referer": "http://evil.example/"}
+    assert client.post("/actions/channel-pause", data=form, headers=referer).status_code == 403
+    assert not paused(db, queue_name, "t")
+    with TestClient(create_app(dsn), follow_redirects=False) as read_only:
+        page = read_only.get("/channels", params={"queue": queue_name})
+        assert "/actions/channel-pause" not in page.text
+        refused = read_only.post("/actions/channel-pause", data=form, headers=ORIGIN)
+        assert refused.status_code == 403
+    assert not paused(db, queue_name, "t")
+    # An action may only send the browser back into the dashboard.
+    away = client.post(
+        "/actions/channel-resume", data={**form, "next": "//evil.example/"}, headers=ORIGIN
+    )
+    assert away.headers["location"].startswith("/?notice=")
+
+
+def test_basic_auth(dsn: str) -> None:
+    with TestClient(create_app(dsn, auth=("ops", "s3cret"))) as c:
+        assert c.get("/").status_code == 401
+        assert c.get("/metrics").status_code == 401
+        wrong = base64.b64encode(b"ops:nope").decode()
+        assert c.get("/", headers={"authorization": f"Basic {wrong}"}).status_code == 401
+        right = base64.b64encode(b"ops:s3cret").decode()
+        assert c.get("/", headers={"authorization": f"Basic {right}"}).status_code == 200
+
+
+def test_messages_filters_detail_and_cancel(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    payload = json.dumps({"order": 7}).encode()
+    first = create(db, queue_name, "t", payload)
+    second = create(db, queue_name, "t", b"\x00\xffbinary")
+    db.execute(
+        "SELECT * FROM lonnymq.message_create(%s, 't', 'later', delay_ms => 3600000,"
+        " dedup_key => 'k1')",
+        (queue_name,),
+    )
+    page = client.get("/messages", params={"queue": queue_name, "channel": "t", "state": "ready"})
+    assert re.findall(r'<tr data-id="(\d+)">', page.text) == [str(first), str(second)]
+    scheduled = client.get(
+        "/messages", params={"queue": queue_name, "channel": "t", "state": "scheduled"}
+    )
+    assert len(re.findall(r'<tr data-id="(\d+)">', scheduled.text)) == 1
+    by_key = client.get("/messages", params={"queue": queue_name, "dedup_key": "k1"})
+    assert by_key.status_code == 303
+    by_id = client.get("/messages", params={"id": str(first)})
+    assert by_id.headers["location"].endswith(f"/messages/{first}")
+
+    detail = client.get(f"/messages/{first}")
+    assert "order" not in detail.text  # content hidden until asked for
+    assert "&#34;order&#34;: 7" in client.get(f"/messages/{first}?show=json").text
+    assert "00 ff 62 69" in client.get(f"/messages/{second}?show=hex").text
+
+    done = client.post("/actions/message-cancel", data={"id": str(first)}, headers=ORIGIN)
+    assert "cancelled" in done.headers["location"]
+    assert client.get(f"/messages/{first}").status_code == 404
+
+
+def test_archive_filter_requeue_and_prune(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    for i in range(3):
+        create(db, queue_name, "t", f"m{i}".encode())
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts, 'boom ' || id)"
+        " FROM lonnymq.message_dequeue(%s, 60000, 10)",
+        (queue_name,),
+    )
+    page = client.get("/archive", params={"queue": queue_name, "outcome": "failed"})
+    archived = re.findall(r'<tr data-id="(\d+)" data-message-id="(\d+)">', page.text)
+    assert len(archived) == 3
+    assert "boom" in page.text
+    assert (
+        client.get("/archive", params={"queue": queue_name, "outcome": "dead"}).text.count(
+            "<tr data-id"
+        )
+        == 0
+    )
+
+    archive_id = archived[0][0]
+    done = client.post("/actions/archive-requeue", data={"id": archive_id}, headers=ORIGIN)
+    assert "requeued+as+message" in done.headers["location"]
+    live = db.execute(
+        "SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+    ).fetchone()
+    assert live == (1,)
+
+    everything = client.post(
+        "/actions/archive-requeue-all",
+        data={"queue": queue_name, "outcome": "failed"},
+        headers=ORIGIN,
+    )
+    assert "requeued+2" in everything.headers["location"]
+    live = db.execute(
+        "SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+    ).fetchone()
+    assert live == (3,)
+
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts) FROM lonnymq.message_dequeue(%s, 60000, 10)",
+        (queue_name,),
+    )
+    kept = client.post(
+        "/actions/archive-prune",
+        data={"queue": queue_name, "older_than_days": "1"},
+        headers=ORIGIN,
+    )
+    assert "pruned+0" in kept.headers["location"]
+    gone = client.post(
+        "/actions/archive-prune",
+        data={"queue": queue_name, "older_than_days": "0"},
+        headers=ORIGIN,
+    )
+    assert "pruned+3" in gone.headers["location"]
+
+
+def test_metrics(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
+    create(db, queue_name, "tenant-a", b"x")
+    create(db, queue_name, "tenant-b", b"x")
+    with TestClient(create_app(dsn, metrics_cache_s=0)) as c:
+        text = c.get("/metrics").text
+    assert f'lonnymq_queue_messages{{queue="{queue_name}",state="ready"}} 2.0' in text
+    assert f'lonnymq_queue_channels{{queue="{queue_name}"}} 2.0' in text
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+    assert names and all(n.startswith("lonnymq_") for n in names if n)
+    assert "tenant-a" not in text  # no per-channel series unless asked for
+    with TestClient(create_app(dsn, metrics_cache_s=0, metrics_channels=True)) as c:
+        text = c.get("/metrics").text
+    assert f'lonnymq_channel_ready{{channel="tenant-a",queue="{queue_name}"}} 1.0' in text
+
+
+def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
+    with TestClient(create_app(dsn)) as c, c.stream("GET", "/events") as events:
+        assert events.headers["content-type"].startswith("text/event-stream")
+        lines = events.iter_lines()
+        assert next(lines).startswith("retry:")
+        # The LISTEN starts with the first subscriber: create until one is heard.
+        deadline = time.monotonic() + 20
+        heard: dict[str, Any] = {}
+        while not heard:
+            assert time.monotonic() < deadline, "no live event"
+            create(db, queue_name, "t", b"x")
+            for line in lines:
+                if line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    if data.get("queue") == queue_name:
+                        heard = data
+                        break
+                if line.startswith(": keep-alive"):
+                    break
+    assert heard["event"] == "created"
+    assert heard["listen"] == "lonnymq"
+
+
+def test_read_only_role_uses_the_monitor_grants(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    role = "monitor_" + uuid.uuid4().hex[:8]
+    db.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        create(db, queue_name, "t", b"x")
+        # Without the grants the monitoring role reads nothing.
+        with (
+            TestClient(create_app(dsn, role=role)) as c,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            c.get("/")
+        db.execute(
+            sql.SQL(
+                "GRANT USAGE ON SCHEMA lonnymq TO {r};"
+                " GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats,"
+                " lonnymq.message_archive TO {r};"
+                " GRANT EXECUTE ON FUNCTION lonnymq.verify, lonnymq.wait_hint_ms,"
+                " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse TO {r}"
+            ).format(r=sql.Identifier(role))
+        )
+        with TestClient(create_app(dsn, role=role)) as c:
+            assert queue_name in c.get("/").text
+            assert 'data-channel="t"' in c.get("/channels", params={"queue": queue_name}).text
+            assert c.get("/verify").status_code == 200
+            assert "lonnymq_queue_messages" in c.get("/metrics").text
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))
