@@ -8,6 +8,9 @@
     return;
   }
   var source = new EventSource(url);
+  // Closed before leaving: an open stream can hold up the next page's navigation.
+  window.addEventListener("beforeunload", function () { source.close(); });
+  window.addEventListener("pagehide", function () { source.close(); });
   var received = 0;
   source.addEventListener("open", function () {
     badge.textContent = "live";

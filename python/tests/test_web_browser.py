@@ -1,0 +1,167 @@
+"""The dashboard as a person uses it, in headless Chromium against the real database:
+load each page, filter, pause a tenant and see it stop being served, requeue from the
+archive and see the message return, and watch a live update arrive."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from lonnymq.web import create_app
+
+from .browser import chromium, serve
+
+WAIT_S = 20
+
+
+@pytest.fixture(scope="module")
+def browser(base_url: str) -> Iterator[webdriver.Chrome]:
+    # Depends on base_url so that it closes first: the server then has no stream to wait for.
+    with chromium() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def base_url(dsn: str) -> Iterator[str]:
+    with serve(create_app(dsn, actions=True, refresh_s=30)) as url:
+        yield url
+
+
+@pytest.fixture
+def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+def create(db: psycopg.Connection[Any], queue: str, channel: str | None, content: bytes) -> None:
+    db.execute("SELECT lonnymq.message_create(%s, %s, %s)", (queue, channel, content))
+
+
+def wait(browser: webdriver.Chrome, condition: Any, what: str) -> Any:
+    # A page being replaced (a form submitted, an htmx refresh) leaves stale elements behind.
+    waiting = WebDriverWait(browser, WAIT_S, ignored_exceptions=[StaleElementReferenceException])
+    return waiting.until(condition, message=what)
+
+
+def test_every_page_loads(
+    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "acme", b'{"hello": "world"}')
+    browser.get(base_url + "/")
+    assert browser.find_element(By.CSS_SELECTOR, f'tr[data-queue="{queue_name}"]')
+    for link, heading in (
+        ("Channels", "Channels of"),
+        ("Messages", "messages of"),
+        ("Archive", "Archive"),
+        ("Schedules", "pg_cron jobs"),
+        ("Overview", "Queues"),
+    ):
+        browser.find_element(By.LINK_TEXT, link).click()
+        wait(
+            browser,
+            lambda b, h=heading: h in b.find_element(By.TAG_NAME, "h1").text,
+            f"the {link} page",
+        )
+
+
+def test_filter_messages_and_show_content(
+    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "acme", b'{"hello": "world"}')
+    create(db, queue_name, "globex", b"other")
+    browser.get(base_url + "/messages")
+    form = browser.find_element(By.CSS_SELECTOR, "form.filters")
+    form.find_element(By.CSS_SELECTOR, f'select[name="queue"] option[value="{queue_name}"]').click()
+    form.find_element(By.NAME, "channel").send_keys("acme")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    rows = wait(
+        browser,
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#messages tr[data-id]"),
+        "the filtered messages",
+    )
+    assert len(rows) == 1
+    rows[0].find_element(By.TAG_NAME, "a").click()
+    assert "world" not in browser.page_source  # hidden until asked for
+    browser.find_element(By.LINK_TEXT, "JSON").click()
+    shown = wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, "pre.content"), "content")
+    assert '"hello": "world"' in shown.text
+
+
+def test_pause_a_tenant_and_see_it_stop_being_served(
+    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    for channel in ("acme", "acme", "globex", "globex"):
+        create(db, queue_name, channel, b"x")
+    browser.get(f"{base_url}/channels?queue={queue_name}")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-channel="acme"]')
+    row.find_element(By.XPATH, ".//button[text()='pause']").click()
+    wait(
+        browser,
+        lambda b: "paused" in b.find_element(By.CSS_SELECTOR, 'tr[data-channel="acme"]').text,
+        "acme shown as paused",
+    )
+    assert "channel acme: paused" in browser.find_element(By.CSS_SELECTOR, ".notice").text
+    served = db.execute(
+        "SELECT channel FROM lonnymq.message_dequeue(%s, 60000, 10)", (queue_name,)
+    ).fetchall()
+    assert sorted(r[0] for r in served) == ["globex", "globex"]
+
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-channel="acme"]')
+    row.find_element(By.XPATH, ".//button[text()='resume']").click()
+    wait(browser, lambda b: "resumed" in b.find_element(By.CSS_SELECTOR, ".notice").text, "resume")
+    served = db.execute(
+        "SELECT channel FROM lonnymq.message_dequeue(%s, 60000, 10)", (queue_name,)
+    ).fetchall()
+    assert sorted(r[0] for r in served) == ["acme", "acme"]
+
+
+def test_requeue_from_the_archive_and_see_the_message_return(
+    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "acme", b"poison")
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts, 'KeyError: sku')"
+        " FROM lonnymq.message_dequeue(%s, 60000)",
+        (queue_name,),
+    )
+    browser.get(f"{base_url}/archive?queue={queue_name}&outcome=failed")
+    row = browser.find_element(By.CSS_SELECTOR, "#archive tr[data-id]")
+    assert "KeyError: sku" in row.text
+    row.find_element(By.XPATH, ".//button[text()='requeue']").click()
+    notice = wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, ".notice"), "a notice")
+    found = re.search(r"requeued as message (\d+)", notice.text)
+    assert found, notice.text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#archive tr[data-id]")
+    browser.get(f"{base_url}/messages/{found.group(1)}")
+    assert "Message " + found.group(1) in browser.find_element(By.TAG_NAME, "h1").text
+    live = db.execute(
+        "SELECT convert_from(content, 'UTF8') FROM lonnymq.messages WHERE id = %s",
+        (int(found.group(1)),),
+    ).fetchone()
+    assert live == ("poison",)
+
+
+def test_a_live_update_arrives(
+    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "acme", b"x")
+    browser.get(base_url + "/")
+    wait(browser, lambda b: b.find_element(By.ID, "live").text == "live", "the event stream")
+
+    def ready_shown(b: webdriver.Chrome) -> str:
+        cells = b.find_elements(By.CSS_SELECTOR, f'tr[data-queue="{queue_name}"] td.ready')
+        return cells[0].text if cells else ""
+
+    assert ready_shown(browser) == "1"
+    create(db, queue_name, "acme", b"y")
+    # The page refreshes on the timer only every 30 s: this is the event.
+    wait(browser, lambda b: ready_shown(b) == "2", "the page updated by the live event")
+    assert int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-events-received") or 0)
