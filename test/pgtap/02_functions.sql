@@ -4,7 +4,7 @@
 
 BEGIN;
 CREATE EXTENSION lonnymq;
-SELECT plan(132);
+SELECT plan(147);
 
 CREATE TEMP TABLE api (name text, args name[], arguments text, result text, returns text);
 INSERT INTO api VALUES
@@ -52,6 +52,21 @@ INSERT INTO api VALUES
 ('channel_resume', '{text,text}', 'queue text, channel text', 'text', 'text'),
 ('queue_pause', '{text}', 'queue text', 'text', 'text'),
 ('queue_resume', '{text}', 'queue text', 'text', 'text'),
+-- Bounded inspection for dashboards and metrics (86_dashboard.sql).
+('queue_summary', '{integer}', 'count_limit integer DEFAULT 10000',
+ 'TABLE(queue text, paused boolean, channels bigint, ready bigint, scheduled bigint, locked bigint, archived bigint, oldest_ready_ms bigint)',
+ 'setof record'),
+('channel_summary', '{text,integer,integer}', 'queue text, max_channels integer DEFAULT 100, count_limit integer DEFAULT 1000',
+ 'TABLE(channel text, paused boolean, explicit boolean, max_concurrency integer, release_interval_ms bigint, max_size bigint, '
+ 'max_attempts integer, retain_completed boolean, in_flight bigint, ready bigint, scheduled bigint, live bigint, '
+ 'oldest_ready_ms bigint, saturated boolean)',
+ 'setof record'),
+('message_browse', '{text,text,text,integer}',
+ 'queue text, channel text DEFAULT NULL::text, state text DEFAULT NULL::text, max_messages integer DEFAULT 50',
+ 'TABLE(id bigint, message_channel text, num_attempts bigint, dequeue_at timestamp with time zone, '
+ 'locked_until timestamp with time zone, created_at timestamp with time zone, priority integer, dedup_key text, '
+ 'content_bytes integer)',
+ 'setof record'),
 ('wait_hint_ms', '{text}', 'queue text', 'bigint', 'bigint'),
 ('wait_begin', '{text}', 'queue text', 'bigint', 'bigint'),
 ('wait_end', '{text}', 'queue text', 'void', 'void'),
@@ -71,7 +86,7 @@ CREATE FUNCTION pg_temp.arg_types(p_oid oid) RETURNS name[] LANGUAGE sql AS $$
     FROM pg_proc p, unnest(p.proargtypes::oid[]) WITH ORDINALITY t(oid, n) WHERE p.oid = p_oid
 $$;
 
--- 25 signatures x 4 tests.
+-- 28 signatures x 4 tests.
 SELECT has_function('lonnymq', a.name, a.args, a.name || '(' || array_to_string(a.args, ', ') || ') exists')
 FROM api a ORDER BY a.name;
 SELECT function_returns('lonnymq', a.name, a.args, a.returns, a.name || ' returns ' || a.returns)
@@ -146,6 +161,14 @@ SELECT is((SELECT lonnymq.channel_pause(channel => 'c', queue => 'q')), 'paused'
 SELECT is((SELECT lonnymq.channel_resume(channel => 'c', queue => 'q')), 'resumed', 'channel_resume in named notation');
 SELECT is((SELECT lonnymq.queue_pause(queue => 'q')), 'paused', 'queue_pause in named notation');
 SELECT is((SELECT lonnymq.queue_resume(queue => 'q')), 'resumed', 'queue_resume in named notation');
+SELECT is((SELECT s.ready FROM lonnymq.queue_summary(count_limit => 5) s WHERE s.queue = 'q'), 1::bigint,
+          'queue_summary in named notation');
+SELECT is((SELECT count(*) FROM lonnymq.channel_summary(count_limit => 5, max_channels => 10, queue => 'q')), 1::bigint,
+          'channel_summary in named notation');
+SELECT lonnymq.message_create('q', 'c', 'b', dedup_key => 'browse-me') IS NOT NULL AS created \gset
+SELECT is((SELECT bool_or(b.dedup_key = 'browse-me')
+           FROM lonnymq.message_browse(max_messages => 50, state => 'ready', channel => 'c', queue => 'q') b),
+          true, 'message_browse in named notation');
 SELECT is((SELECT lonnymq.channel_delete(channel => 'nope', queue => 'q')), 'not_found', 'channel_delete in named notation');
 SELECT is((SELECT lonnymq.channel_sweep(max_channels => 10)), 0, 'channel_sweep in named notation');
 SELECT is((SELECT count(*) FROM lonnymq.verify()), 0::bigint, 'verify() is empty after all of it');
