@@ -8,6 +8,7 @@ from ._backoff import Backoff
 from .aqueue import AsyncQueue
 from .aworker import AsyncWorker
 from .errors import LonnymqError, Retry
+from .hooks import WorkerHooks
 from .message import AsyncMessage, Message
 from .models import (
     ArchivedMessage,
@@ -36,6 +37,7 @@ __all__ = [
     "QueueStats",
     "Retry",
     "Worker",
+    "WorkerHooks",
 ]
 
 __version__ = "1.0.0"

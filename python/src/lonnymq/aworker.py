@@ -12,7 +12,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 
 import psycopg
@@ -22,6 +22,7 @@ from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
 from .aqueue import AsyncQueue
+from .hooks import Dispatch, WorkerHooks
 from .message import AsyncMessage
 from .worker import LISTEN_READY_TIMEOUT_S, UNKNOWN_PERIODIC_DELAY_MS
 
@@ -44,6 +45,7 @@ class AsyncWorker:
         max_sleep_ms: int = 10_000,
         shutdown_grace_ms: int = 10_000,
         handle_signals: bool = True,
+        hooks: WorkerHooks | Sequence[WorkerHooks] = (),
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
@@ -57,6 +59,7 @@ class AsyncWorker:
         self.max_sleep_ms = max_sleep_ms
         self.shutdown_grace_ms = shutdown_grace_ms
         self.handle_signals = handle_signals
+        self.hooks = Dispatch(hooks)
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[AsyncHandler]] = {}
         # Keyed by delivery, not message: the same worker may hold an expired
@@ -197,11 +200,15 @@ class AsyncWorker:
     # -- one message ------------------------------------------------------------------------
 
     async def _handle(self, message: AsyncMessage) -> None:
+        started = self.hooks.delivered(message)
+        outcome: _outcome.Outcome | None = None
+        status: str | None = None
         try:
             outcome = await self._run_handler(message)
             if not self._inflight[(message.id, message.num_attempts)].abandoned:
-                await self._settle(message, outcome)
+                status = await self._settle(message, outcome)
         finally:
+            self.hooks.settled(message, outcome, status, started)
             self._inflight.pop((message.id, message.num_attempts), None)
             self._tasks.pop((message.id, message.num_attempts), None)
             self._wake.set()
@@ -235,7 +242,7 @@ class AsyncWorker:
             return await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
         return await message.fail(outcome.error)
 
-    async def _settle(self, message: AsyncMessage, outcome: _outcome.Outcome) -> None:
+    async def _settle(self, message: AsyncMessage, outcome: _outcome.Outcome) -> str | None:
         # As in Worker._settle: a settle lost with its connection is re-issued on another.
         retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
         while True:
@@ -246,15 +253,16 @@ class AsyncWorker:
                 delay = next(retries, None)
                 if delay is None:
                     log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                    return  # the lock expires and the message is redelivered: nothing is lost
+                    return None  # the lock expires and the message is redelivered: nothing is lost
                 log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
                 await asyncio.sleep(delay)
             except psycopg.Error as exc:
                 log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                return
+                return None
         self.counts[status if status in self.counts else "refused"] += 1
         if status not in ("completed", "deferred", "failed"):
             log.warning("%s of message %s refused: %s", outcome.action, message.id, status)
+        return status
 
     # -- heartbeats -------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
@@ -22,6 +22,7 @@ from . import _outcome, _periodic, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight
 from ._listener import Listener
+from .hooks import Dispatch, WorkerHooks
 from .message import Message
 from .queue import Queue
 
@@ -49,6 +50,7 @@ class Worker:
         max_sleep_ms: int = 10_000,
         shutdown_grace_ms: int = 10_000,
         handle_signals: bool = True,
+        hooks: WorkerHooks | Sequence[WorkerHooks] = (),
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
@@ -63,6 +65,7 @@ class Worker:
         self.max_sleep_ms = max_sleep_ms
         self.shutdown_grace_ms = shutdown_grace_ms
         self.handle_signals = handle_signals
+        self.hooks = Dispatch(hooks)
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[Handler]] = {}
         # Keyed by delivery, not message: the same worker may hold an expired
@@ -181,13 +184,17 @@ class Worker:
     # -- one message ------------------------------------------------------------------------
 
     def _handle(self, message: Message) -> None:
+        started = self.hooks.delivered(message)
+        outcome: _outcome.Outcome | None = None
+        status: str | None = None
         try:
             outcome = self._run_handler(message)
             with self._lock:
                 abandoned = self._inflight[(message.id, message.num_attempts)].abandoned
             if not abandoned:
-                self._settle(message, outcome)
+                status = self._settle(message, outcome)
         finally:
+            self.hooks.settled(message, outcome, status, started)
             with self._lock:
                 self._inflight.pop((message.id, message.num_attempts), None)
             self._wake.set()
@@ -222,7 +229,7 @@ class Worker:
             return message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
         return message.fail(outcome.error)
 
-    def _settle(self, message: Message, outcome: _outcome.Outcome) -> None:
+    def _settle(self, message: Message, outcome: _outcome.Outcome) -> str | None:
         # A connection that died (a killed backend, a restart) does not leave the message
         # locked until lock_ms runs out: the settle is re-issued on another connection.
         retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
@@ -234,13 +241,13 @@ class Worker:
                 delay = next(retries, None)
                 if delay is None:
                     log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                    return  # the lock expires and the message is redelivered: nothing is lost
+                    return None  # the lock expires and the message is redelivered: nothing is lost
                 log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
                 time.sleep(delay)
             except psycopg.Error as exc:
                 # The lock will expire and the message be redelivered: nothing is lost.
                 log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                return
+                return None
         with self._lock:
             if status in self.counts:
                 self.counts[status] += 1
@@ -248,6 +255,7 @@ class Worker:
                 self.counts["refused"] += 1
         if status not in ("completed", "deferred", "failed"):
             log.warning("%s of message %s refused: %s", outcome.action, message.id, status)
+        return status
 
     # -- heartbeats -------------------------------------------------------------------------
 
