@@ -41,10 +41,13 @@ GRANT EXECUTE ON FUNCTION
     lonnymq.wait_end(text)
     TO lonnymq_consumer;
 
--- Monitor: reads the inspection views and the archive, checks invariants;
--- changes nothing.
+-- Monitor: reads the inspection views, the bounded summaries (what the
+-- dashboard and its /metrics read) and the archive, checks invariants;
+-- changes nothing. `lonnymq web --role lonnymq_monitor` runs as this role.
 GRANT USAGE ON SCHEMA lonnymq TO lonnymq_monitor;
 GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats, lonnymq.message_archive
     TO lonnymq_monitor;
 GRANT EXECUTE ON FUNCTION lonnymq.verify(), lonnymq.wait_hint_ms(text), lonnymq.wait_begin(text),
-    lonnymq.wait_end(text) TO lonnymq_monitor;
+    lonnymq.wait_end(text), lonnymq.queue_summary(integer), lonnymq.channel_summary(text, integer, integer),
+    lonnymq.message_browse(text, text, text, integer)
+    TO lonnymq_monitor;

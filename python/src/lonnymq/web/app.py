@@ -204,7 +204,7 @@ class Dashboard:
     # -- pages --------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        queues = await self.db.queues()
+        queues = await self.db.queues()  # the only page that counts
         await self.sample()
         return self.page(request, "overview.html", queues=queues, chart=self.chart())
 
@@ -216,7 +216,7 @@ class Dashboard:
         )
 
     async def channels(self, request: Request) -> Response:
-        queues = await self.db.queues()
+        queues = await self.db.queue_names()
         queue = request.query_params.get("queue") or (queues[0]["queue"] if queues else None)
         limit = bounded_int(request.query_params.get("limit"), 100, 1, 10_000) or 100
         rows = await self.db.channels(queue, limit) if queue else []
@@ -234,7 +234,7 @@ class Dashboard:
 
     async def messages(self, request: Request) -> Response:
         params = request.query_params
-        queues = await self.db.queues()
+        queues = await self.db.queue_names()
         queue = params.get("queue") or (queues[0]["queue"] if queues else None)
         channel = params.get("channel") or None
         state = params.get("state") if params.get("state") in STATES else None
@@ -284,7 +284,7 @@ class Dashboard:
 
     async def archive(self, request: Request) -> Response:
         params = request.query_params
-        queues = await self.db.queues()
+        queues = await self.db.queue_names()
         queue = params.get("queue") or None
         outcome = params.get("outcome") if params.get("outcome") in OUTCOMES else None
         after = parse_time(params.get("after"))

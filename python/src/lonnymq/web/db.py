@@ -103,6 +103,10 @@ class Database:
             "SELECT * FROM lonnymq.queue_summary(count_limit => %s)", (self.count_limit,)
         )
 
+    async def queue_names(self) -> list[Row]:
+        """Queues for the pickers of the other pages: the summary with counts of at most one."""
+        return await self.rows("SELECT queue, paused FROM lonnymq.queue_summary(count_limit => 1)")
+
     async def table_activity(self) -> Row | None:
         """Cumulative inserts and deletes of the message table (all queues): throughput."""
         return await self.row(
