@@ -50,7 +50,8 @@ def fill(dsn: str) -> None:
             db.execute(
                 "SELECT count(*) FROM lonnymq.message_create_batch('jobs',"
                 " array_fill(%s::text, ARRAY[%s]),"
-                " ARRAY(SELECT convert_to(json_build_object('tenant', %s::text, 'n', i)::text, 'UTF8')"
+                " ARRAY(SELECT convert_to(json_build_object('tenant', %s::text, 'n', i)::text,"
+                "                         'UTF8')"
                 "       FROM generate_series(1, %s) i))",
                 (name, policy["backlog"], name, policy["backlog"]),
             )

@@ -289,12 +289,18 @@ def test_metrics(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None
 
 
 def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
-    with TestClient(create_app(dsn)) as c, c.stream("GET", "/events") as events:
+    # Producers NOTIFY only while a consumer waits (wait_begin): one sleeps meanwhile.
+    with (
+        psycopg.connect(dsn) as sleeper,
+        TestClient(create_app(dsn)) as c,
+        c.stream("GET", "/events") as events,
+    ):
+        sleeper.execute("SELECT lonnymq.wait_begin(%s)", (queue_name,))
         assert events.headers["content-type"].startswith("text/event-stream")
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
         # The LISTEN starts with the first subscriber: create until one is heard.
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 40
         heard: dict[str, Any] = {}
         while not heard:
             assert time.monotonic() < deadline, "no live event"

@@ -150,7 +150,11 @@ def test_requeue_from_the_archive_and_see_the_message_return(
 
 
 def test_a_live_update_arrives(
-    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue_name: str
+    browser: webdriver.Chrome,
+    base_url: str,
+    dsn: str,
+    db: psycopg.Connection[Any],
+    queue_name: str,
 ) -> None:
     create(db, queue_name, "acme", b"x")
     browser.get(base_url + "/")
@@ -161,7 +165,10 @@ def test_a_live_update_arrives(
         return cells[0].text if cells else ""
 
     assert ready_shown(browser) == "1"
-    create(db, queue_name, "acme", b"y")
+    # Producers NOTIFY only while a consumer waits (wait_begin): a worker sleeps meanwhile.
+    with psycopg.connect(dsn) as sleeper:
+        sleeper.execute("SELECT lonnymq.wait_begin(%s)", (queue_name,))
+        create(db, queue_name, "acme", b"y")
     # The page refreshes on the timer only every 30 s: this is the event.
     wait(browser, lambda b: ready_shown(b) == "2", "the page updated by the live event")
     assert int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-events-received") or 0)
