@@ -2236,7 +2236,7 @@ COMMENT ON FUNCTION lonnymq.message_cancel(bigint) IS 'Removes a pending message
 -- archive row, which the caller holds locked, is removed once the message
 -- exists again. Returns (status, id): created or dropped.
 CREATE OR REPLACE FUNCTION lonnymq._requeue(p_archived lonnymq.message_archive, OUT status text, OUT id bigint)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     SELECT r.status, r.id INTO status, id
@@ -2275,7 +2275,7 @@ COMMENT ON FUNCTION lonnymq.archive_requeue(bigint) IS 'Redrives an archived mes
 CREATE OR REPLACE FUNCTION lonnymq._check_archive_filter(p_queue text, p_queue_nullable boolean, p_channel text,
                                                          p_outcome text, p_after timestamptz,
                                                          p_before timestamptz) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
     PERFORM lonnymq._check_name(p_queue, 'queue', p_queue_nullable);
@@ -2639,7 +2639,7 @@ COMMENT ON FUNCTION lonnymq.verify() IS 'Broken invariants, one row each; empty 
 -- once this commits. Nothing else changes: ready_ms is kept, so resuming
 -- puts the channel back exactly where it was in the rotation.
 CREATE OR REPLACE FUNCTION lonnymq._channel_set_paused(p_queue text, p_channel text, p_paused boolean) RETURNS text
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queue_id integer;
@@ -2685,7 +2685,7 @@ COMMENT ON FUNCTION lonnymq.channel_resume(text, text) IS 'Serves a paused chann
 -- records the channel-less turn with SKIP LOCKED), so this never blocks it.
 -- A dequeue whose snapshot predates the commit may still finish its delivery.
 CREATE OR REPLACE FUNCTION lonnymq._queue_set_paused(p_queue text, p_paused boolean) RETURNS text
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM lonnymq._check_name(p_queue, 'queue', false);
@@ -2734,7 +2734,7 @@ COMMENT ON FUNCTION lonnymq.queue_resume(text) IS 'Serves a paused queue again: 
 -- then the channel-less ones, in one statement that stops at the limit.
 CREATE OR REPLACE FUNCTION lonnymq._count_unlocked(p_queue_id integer, p_due boolean, p_now_ms bigint,
                                                    p_limit integer) RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- Two statements, so that the time bound is an index condition either way.
@@ -2771,7 +2771,7 @@ COMMENT ON FUNCTION lonnymq._count_unlocked(integer, boolean, bigint, integer)
 -- has been ready: the one dequeue would serve next. NULL when none is due.
 CREATE OR REPLACE FUNCTION lonnymq._head_age_ms(p_queue_id integer, p_channel_id bigint, p_now_ms bigint)
 RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_head lonnymq.message;

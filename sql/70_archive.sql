@@ -7,7 +7,7 @@
 -- archive row, which the caller holds locked, is removed once the message
 -- exists again. Returns (status, id): created or dropped.
 CREATE OR REPLACE FUNCTION lonnymq._requeue(p_archived lonnymq.message_archive, OUT status text, OUT id bigint)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     SELECT r.status, r.id INTO status, id
@@ -46,7 +46,7 @@ COMMENT ON FUNCTION lonnymq.archive_requeue(bigint) IS 'Redrives an archived mes
 CREATE OR REPLACE FUNCTION lonnymq._check_archive_filter(p_queue text, p_queue_nullable boolean, p_channel text,
                                                          p_outcome text, p_after timestamptz,
                                                          p_before timestamptz) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
     PERFORM lonnymq._check_name(p_queue, 'queue', p_queue_nullable);

@@ -13,7 +13,7 @@
 -- once this commits. Nothing else changes: ready_ms is kept, so resuming
 -- puts the channel back exactly where it was in the rotation.
 CREATE OR REPLACE FUNCTION lonnymq._channel_set_paused(p_queue text, p_channel text, p_paused boolean) RETURNS text
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queue_id integer;
@@ -59,7 +59,7 @@ COMMENT ON FUNCTION lonnymq.channel_resume(text, text) IS 'Serves a paused chann
 -- records the channel-less turn with SKIP LOCKED), so this never blocks it.
 -- A dequeue whose snapshot predates the commit may still finish its delivery.
 CREATE OR REPLACE FUNCTION lonnymq._queue_set_paused(p_queue text, p_paused boolean) RETURNS text
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM lonnymq._check_name(p_queue, 'queue', false);

@@ -12,7 +12,7 @@
 -- then the channel-less ones, in one statement that stops at the limit.
 CREATE OR REPLACE FUNCTION lonnymq._count_unlocked(p_queue_id integer, p_due boolean, p_now_ms bigint,
                                                    p_limit integer) RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- Two statements, so that the time bound is an index condition either way.
@@ -49,7 +49,7 @@ COMMENT ON FUNCTION lonnymq._count_unlocked(integer, boolean, bigint, integer)
 -- has been ready: the one dequeue would serve next. NULL when none is due.
 CREATE OR REPLACE FUNCTION lonnymq._head_age_ms(p_queue_id integer, p_channel_id bigint, p_now_ms bigint)
 RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_head lonnymq.message;
