@@ -1,7 +1,10 @@
 """``AsyncWorker``: the asyncio twin of ``Worker`` (same options, same behaviour).
 
-Handlers are coroutines run as tasks, one per slot. A listener task (LISTEN) and finished
-handlers set a wake event; ``wait_hint_ms`` bounds every sleep. See worker.py for the rules.
+Handlers are coroutines run as tasks, one per slot: the messages of one dequeue start at
+once, so no buffer sits between fetch and work. Their outcomes wait in the settle buffer
+for a flusher task, which sends them in batches as ``Worker``'s flusher thread does. A
+listener task (LISTEN), finished handlers and flushes set a wake event; ``wait_hint_ms``
+bounds every sleep. See worker.py for the rules.
 """
 
 from __future__ import annotations
@@ -17,13 +20,18 @@ from datetime import timedelta
 
 import psycopg
 
-from . import _outcome, _periodic, _timing
+from . import _outcome, _periodic, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
-from ._inflight import InFlight
+from ._inflight import InFlight, delivery
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
 from .aqueue import AsyncQueue
 from .message import AsyncMessage
-from .worker import LISTEN_READY_TIMEOUT_S, UNKNOWN_PERIODIC_DELAY_MS
+from .worker import (
+    FINAL_FLUSH_TRIES,
+    FLUSH_RETRY_S,
+    LISTEN_READY_TIMEOUT_S,
+    UNKNOWN_PERIODIC_DELAY_MS,
+)
 
 log = logging.getLogger("lonnymq.worker")
 
@@ -43,10 +51,13 @@ class AsyncWorker:
         heartbeat_ms: int | None = None,
         max_sleep_ms: int = 10_000,
         shutdown_grace_ms: int = 10_000,
+        settle_interval_ms: int = _settle.DEFAULT_INTERVAL_MS,
+        settle_batch_size: int = _settle.DEFAULT_BATCH_SIZE,
         handle_signals: bool = True,
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
+        _settle.check_options(settle_interval_ms, settle_batch_size)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -59,12 +70,17 @@ class AsyncWorker:
         self.handle_signals = handle_signals
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[AsyncHandler]] = {}
-        # Keyed by delivery, not message: the same worker may hold an expired
-        # attempt and its redelivery at once.
-        self._inflight: dict[tuple[int, int], InFlight[AsyncMessage]] = {}
+        # Every delivery held: running, or done with its settle not yet flushed.
+        self._held: dict[tuple[int, int], InFlight[AsyncMessage]] = {}
+        # Running handlers (a settle waiting for a flush frees its slot).
         self._tasks: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self._settles: _settle.SettleBuffer[AsyncMessage] = _settle.SettleBuffer(
+            settle_interval_ms, settle_batch_size
+        )
         self._wake = asyncio.Event()
+        self._flush_wake = asyncio.Event()
         self._stopping = False
+        self._closing = False
         self._listening = asyncio.Event()
         self._loop_ref: asyncio.AbstractEventLoop | None = None
         # Set while the loop waits for work with free slots (a threading.Event, so another
@@ -91,17 +107,19 @@ class AsyncWorker:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight)
+        """Deliveries held: running, or settled but not yet flushed."""
+        return len(self._held)
 
     async def run(self, until_idle: bool = False) -> None:
         """Process messages until ``stop()`` (or SIGTERM/SIGINT); with ``until_idle``, also
-        return once nothing is ready and nothing is in flight."""
+        return once nothing is ready and nothing is held."""
         # _stopping is not reset: a stop() that lands just before run() must still count.
         self._loop_ref = asyncio.get_running_loop()
         self._listening = asyncio.Event()
         async with self._signals():
             listener = asyncio.create_task(self._listen(), name="lonnymq-listen")
             heartbeats = asyncio.create_task(self._heartbeat_loop(), name="lonnymq-heartbeat")
+            flusher = asyncio.create_task(self._flush_loop(), name="lonnymq-flush")
             try:
                 # Listen before the first dequeue, so no NOTIFY falls between the two.
                 with contextlib.suppress(TimeoutError):
@@ -110,11 +128,15 @@ class AsyncWorker:
                 await self._loop(until_idle)
                 await self._drain()
             finally:
+                self._closing = True
+                self._flush_wake.set()
+                # The final flush, while heartbeats still run.
+                await asyncio.gather(flusher, return_exceptions=True)
                 for task in (listener, heartbeats):
                     task.cancel()
                 await asyncio.gather(listener, heartbeats, return_exceptions=True)
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- fetch ------------------------------------------------------------------------------
 
     async def _create_periodic(self) -> None:
         for job in self._periodic.values():
@@ -122,27 +144,18 @@ class AsyncWorker:
                 {"every": job.name}, channel=job.channel, dedup_key=job.dedup_key
             )
 
-    async def _stopped_or(self, seconds: float) -> None:
-        """Sleeps ``seconds`` unless stop() comes first."""
-        deadline = time.monotonic() + seconds
-        while not self._stopping and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.05, deadline - time.monotonic()))
-
-    async def _sleep(self, ms: float) -> bool:
-        """Sleeps until woken or ``ms`` passed; whether it was woken."""
+    async def _sleep(self, event: asyncio.Event, seconds: float | None) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), ms / 1000)
-            return True
-        return False
+            await asyncio.wait_for(event.wait(), seconds)
 
     async def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
         woken_early = False  # whether the last sleep was cut short by a wake-up
         while not self._stopping:
             self._wake.clear()
-            free = self.concurrency - self.in_flight
+            free = self.concurrency - len(self._tasks)
             if free <= 0:
-                await self._sleep(self.max_sleep_ms)
+                await self._sleep(self._wake, self.max_sleep_ms / 1000)
                 continue
             try:
                 messages = await self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
@@ -156,9 +169,9 @@ class AsyncWorker:
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
-                    planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
-                    started = time.monotonic()
-                    woken = await self._sleep(planned_ms)
+                    await self._sleep(
+                        self._wake, _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000
+                    )
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
@@ -172,8 +185,8 @@ class AsyncWorker:
             woken_early = woken
 
     def _start(self, message: AsyncMessage) -> None:
-        self._inflight[(message.id, message.num_attempts)] = InFlight(message)
-        self._tasks[(message.id, message.num_attempts)] = asyncio.create_task(
+        self._held[delivery(message)] = InFlight(message)
+        self._tasks[delivery(message)] = asyncio.create_task(
             self._handle(message), name=f"lonnymq-handler-{message.id}"
         )
 
@@ -194,19 +207,27 @@ class AsyncWorker:
                 log.warning("LISTEN connection lost (%s); relying on timed wake-ups", exc)
                 await asyncio.sleep(RECONNECT_DELAY_S)
 
-    # -- one message ------------------------------------------------------------------------
+    # -- work -------------------------------------------------------------------------------
 
     async def _handle(self, message: AsyncMessage) -> None:
         try:
             outcome = await self._run_handler(message)
-            if not self._inflight[(message.id, message.num_attempts)].abandoned:
-                await self._settle(message, outcome)
+            entry = self._held.get(delivery(message))
+            if entry is not None and not entry.abandoned:
+                if outcome is None:
+                    del self._held[delivery(message)]
+                    self._count(message._settles[-1])
+                else:
+                    entry.awaiting_flush = True
+                    self._settles.add(message, outcome, time.monotonic())
+                    self._flush_wake.set()
         finally:
-            self._inflight.pop((message.id, message.num_attempts), None)
-            self._tasks.pop((message.id, message.num_attempts), None)
+            self._tasks.pop(delivery(message), None)
             self._wake.set()
 
-    async def _run_handler(self, message: AsyncMessage) -> _outcome.Outcome:
+    async def _run_handler(self, message: AsyncMessage) -> _outcome.Outcome | None:
+        """The outcome to settle; None when the handler returned after settling the message
+        itself (see ``Worker._run_handler``)."""
         if _periodic.is_periodic(message.channel):
             return await self._run_periodic(message)
         try:
@@ -216,7 +237,7 @@ class AsyncWorker:
             return _outcome.for_exception(
                 exc, message.num_attempts, self.max_attempts, self.backoff
             )
-        return _outcome.COMPLETE
+        return None if message._settles else _outcome.COMPLETE
 
     async def _run_periodic(self, message: AsyncMessage) -> _outcome.Outcome:
         job = self._periodic.get(message.channel or "")
@@ -228,33 +249,82 @@ class AsyncWorker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
-    async def _settle_once(self, message: AsyncMessage, outcome: _outcome.Outcome) -> str:
-        if outcome.action == "complete":
-            return await message.complete()
-        if outcome.action == "defer":
-            return await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-        return await message.fail(outcome.error)
+    def _count(self, status: str) -> None:
+        self.counts[status if status in _settle.APPLIED else "refused"] += 1
 
-    async def _settle(self, message: AsyncMessage, outcome: _outcome.Outcome) -> None:
-        # As in Worker._settle: a settle lost with its connection is re-issued on another.
-        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+    # -- flush ------------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        failures = 0
         while True:
-            try:
-                status = await self._settle_once(message, outcome)
-                break
-            except psycopg.OperationalError as exc:
-                delay = next(retries, None)
-                if delay is None:
-                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                    return  # the lock expires and the message is redelivered: nothing is lost
-                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
-                await asyncio.sleep(delay)
-            except psycopg.Error as exc:
-                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
+            self._flush_wake.clear()
+            wait = self._settles.wait_s(time.monotonic())
+            if wait is None and self._closing:
                 return
-        self.counts[status if status in self.counts else "refused"] += 1
-        if status not in ("completed", "deferred", "failed"):
-            log.warning("%s of message %s refused: %s", outcome.action, message.id, status)
+            if wait == 0 or (wait is not None and self._closing):
+                if await self._flush():
+                    failures = 0
+                    continue
+                failures += 1
+                if self._closing and failures >= FINAL_FLUSH_TRIES:
+                    self._give_up()
+                    return
+                wait = FLUSH_RETRY_S
+            await self._sleep(self._flush_wake, wait)
+
+    async def _flush(self) -> bool:
+        """Send one batch; False (the unsent settles back in the buffer) on a database error."""
+        batch = self._settles.take()
+        sent: list[tuple[_settle.Settle[AsyncMessage], str]] = []
+        try:
+            completes, others = _settle.split(batch)
+            if completes:
+                results = await self.queue.complete_batch([s.message for s in completes])
+                sent += zip(completes, (r.status for r in results), strict=True)
+            for settle in others:
+                sent.append((settle, await self._send(settle)))
+        except psycopg.Error as exc:
+            log.warning("could not flush %d settles (%s); retrying", len(batch) - len(sent), exc)
+            done = {id(s) for s, _status in sent}
+            self._settles.put_back([s for s in batch if id(s) not in done], time.monotonic())
+            self._record(sent)
+            return False
+        self._record(sent)
+        return True
+
+    async def _send(self, settle: _settle.Settle[AsyncMessage]) -> str:
+        message, outcome = settle.message, settle.outcome
+        if outcome.action == "defer":
+            return await self.queue.defer(
+                message.id, message.num_attempts, delay_ms=outcome.delay_ms, state=outcome.state
+            )
+        return await self.queue.fail(message.id, message.num_attempts, outcome.error)
+
+    def _record(self, sent: list[tuple[_settle.Settle[AsyncMessage], str]]) -> None:
+        for settle, status in sent:
+            self._held.pop(delivery(settle.message), None)
+            self._count(status)
+            if status not in _settle.APPLIED:
+                log.warning(
+                    "%s of message %s refused: %s",
+                    settle.outcome.action,
+                    settle.message.id,
+                    status,
+                )
+        if sent:
+            self._wake.set()
+
+    def _give_up(self) -> None:
+        left = 0
+        while len(self._settles):
+            for settle in self._settles.take():
+                self._held.pop(delivery(settle.message), None)
+                left += 1
+        log.warning(
+            "gave up flushing %d settles at shutdown: their locks expire and the messages "
+            "are delivered again",
+            left,
+        )
 
     # -- heartbeats -------------------------------------------------------------------------
 
@@ -265,7 +335,7 @@ class AsyncWorker:
             now = time.monotonic()
             due = [
                 f
-                for f in self._inflight.values()
+                for f in self._held.values()
                 if not f.abandoned and now - f.last_extended >= interval
             ]
             for entry in due:
@@ -275,17 +345,19 @@ class AsyncWorker:
                     log.warning("heartbeat of message %s failed: %s", entry.message.id, exc)
                     continue
                 entry.last_extended = now
-                if status != "extended":
+                # A flush may have settled it meanwhile: then the refusal is expected.
+                if status != "extended" and delivery(entry.message) in self._held:
                     log.warning("heartbeat of message %s refused: %s", entry.message.id, status)
 
     # -- shutdown ---------------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        """Let running handlers finish within the grace period; cancel and defer the rest."""
+        """Let running handlers finish within the grace period (their settles are flushed
+        as usual); cancel and defer the rest."""
         tasks = list(self._tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=self.shutdown_grace_ms / 1000)
-        leftovers = [(self._inflight[i], t) for i, t in self._tasks.items() if i in self._inflight]
+        leftovers = [(self._held[k], t) for k, t in self._tasks.items() if k in self._held]
         for entry, task in leftovers:
             entry.abandoned = True
             task.cancel()
@@ -295,6 +367,7 @@ class AsyncWorker:
                 log.warning("message %s still running at shutdown: %s", entry.message.id, status)
             except psycopg.Error as exc:
                 log.warning("could not defer message %s at shutdown: %s", entry.message.id, exc)
+            self._held.pop(delivery(entry.message), None)
         await asyncio.gather(*(t for _e, t in leftovers), return_exceptions=True)
 
     @contextlib.asynccontextmanager
