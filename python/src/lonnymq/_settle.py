@@ -40,6 +40,7 @@ def check_options(interval_ms: int, batch_size: int) -> None:
 class Settle(Generic[M]):
     message: M
     outcome: Outcome
+    added_at: float  # time.monotonic() when the handler finished
 
 
 class SettleBuffer(Generic[M]):
@@ -50,15 +51,12 @@ class SettleBuffer(Generic[M]):
         self.interval_s = interval_ms / 1000
         self.batch_size = batch_size
         self._items: list[Settle[M]] = []
-        self._oldest_at = 0.0
 
     def __len__(self) -> int:
         return len(self._items)
 
     def add(self, message: M, outcome: Outcome, now: float) -> None:
-        if not self._items:
-            self._oldest_at = now
-        self._items.append(Settle(message, outcome))
+        self._items.append(Settle(message, outcome, now))
 
     def wait_s(self, now: float) -> float | None:
         """Seconds until a flush is due: 0 when due now, None when nothing waits."""
@@ -66,19 +64,16 @@ class SettleBuffer(Generic[M]):
             return None
         if len(self._items) >= self.batch_size:
             return 0.0
-        return max(self._oldest_at + self.interval_s - now, 0.0)
+        return max(self._items[0].added_at + self.interval_s - now, 0.0)
 
     def take(self) -> list[Settle[M]]:
         """The oldest ``batch_size`` settles, removed from the buffer."""
         batch, self._items = self._items[: self.batch_size], self._items[self.batch_size :]
-        # What stays behind has waited at least as long as the batch: due at once.
         return batch
 
-    def put_back(self, settles: list[Settle[M]], now: float) -> None:
-        """Settles a failed flush did not send, first in line for the next one."""
-        if settles:
-            self._items = settles + self._items
-            self._oldest_at = now
+    def put_back(self, settles: list[Settle[M]]) -> None:
+        """Settles a failed flush did not send: first in line (and due) for the next one."""
+        self._items = settles + self._items
 
 
 def split(batch: list[Settle[M]]) -> tuple[list[Settle[M]], list[Settle[M]]]:

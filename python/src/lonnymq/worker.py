@@ -304,7 +304,7 @@ class Worker:
             log.warning("could not flush %d settles (%s); retrying", len(batch) - len(sent), exc)
             done = {id(s) for s, _status in sent}
             with self._lock:
-                self._settles.put_back([s for s in batch if id(s) not in done], time.monotonic())
+                self._settles.put_back([s for s in batch if id(s) not in done])
             self._record(sent)
             return False
         self._record(sent)
