@@ -234,6 +234,17 @@ def test_a_failed_flush_is_retried_without_loss(spy: SpyQueue, db: psycopg.Conne
     assert live_ids(db, spy.name) == set()
 
 
+def test_run_again_after_until_idle_still_flushes(
+    spy: SpyQueue, db: psycopg.Connection[Any]
+) -> None:
+    worker = Worker(spy, lambda m: None, concurrency=2)
+    spy.create_batch(["a", "b", "c"])
+    worker.run(until_idle=True)
+    spy.create_batch(["d", "e", "f"])
+    worker.run(until_idle=True)  # returns only once the second batch was flushed too
+    assert worker.counts["completed"] == 6 and live_ids(db, spy.name) == set()
+
+
 # -- a handler that settles in its own transaction ---------------------------------------
 
 

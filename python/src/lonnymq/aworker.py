@@ -116,6 +116,7 @@ class AsyncWorker:
         # _stopping is not reset: a stop() that lands just before run() must still count.
         self._loop_ref = asyncio.get_running_loop()
         self._listening = asyncio.Event()
+        self._closing = False  # run() may follow a run(until_idle=True)
         async with self._signals():
             listener = asyncio.create_task(self._listen(), name="lonnymq-listen")
             heartbeats = asyncio.create_task(self._heartbeat_loop(), name="lonnymq-heartbeat")
@@ -256,12 +257,16 @@ class AsyncWorker:
 
     async def _flush_loop(self) -> None:
         failures = 0
+        retry_at = 0.0  # after a failed flush, not before this
         while True:
             self._flush_wake.clear()
-            wait = self._settles.wait_s(time.monotonic())
+            now = time.monotonic()
+            wait = self._settles.wait_s(now)
             if wait is None and self._closing:
                 return
-            if wait == 0 or (wait is not None and self._closing):
+            if wait is not None and (wait == 0 or self._closing):
+                wait = max(retry_at - now, 0.0)
+            if wait == 0:
                 if await self._flush():
                     failures = 0
                     continue
@@ -269,7 +274,8 @@ class AsyncWorker:
                 if self._closing and failures >= FINAL_FLUSH_TRIES:
                     self._give_up()
                     return
-                wait = FLUSH_RETRY_S
+                retry_at = time.monotonic() + FLUSH_RETRY_S
+                continue
             await self._sleep(self._flush_wake, wait)
 
     async def _flush(self) -> bool:

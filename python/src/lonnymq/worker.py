@@ -125,6 +125,9 @@ class Worker:
         return once nothing is ready and nothing is held."""
         # _stopping is not reset: a stop() that lands just before run() must still count.
         self._finished.clear()
+        self._closing.clear()  # run() may follow a run(until_idle=True)
+        # A fresh buffer per run: a handler abandoned by an earlier run may still return.
+        self._buffer = stdqueue.SimpleQueue()
         listener = Listener(self.queue.conninfo, self.queue.name, self._wake)
         helpers = [
             threading.Thread(target=self._heartbeat_loop, name="lonnymq-heartbeat", daemon=True),
@@ -132,7 +135,9 @@ class Worker:
         ]
         slots = [
             # Daemons: a handler stuck past the grace period must not block exit.
-            threading.Thread(target=self._slot, name=f"lonnymq-slot-{n}", daemon=True)
+            threading.Thread(
+                target=self._slot, args=(self._buffer,), name=f"lonnymq-slot-{n}", daemon=True
+            )
             for n in range(self.concurrency)
         ]
         with self._signals():
@@ -214,8 +219,8 @@ class Worker:
 
     # -- work -------------------------------------------------------------------------------
 
-    def _slot(self) -> None:
-        while (message := self._buffer.get()) is not None:
+    def _slot(self, buffer: stdqueue.SimpleQueue[Message | None]) -> None:
+        while (message := buffer.get()) is not None:
             outcome = self._run_handler(message)
             self._done(message, outcome)
 
@@ -270,14 +275,18 @@ class Worker:
 
     def _flush_loop(self) -> None:
         failures = 0
+        retry_at = 0.0  # after a failed flush, not before this
         while True:
             self._flush_wake.clear()
+            now = time.monotonic()
             with self._lock:
-                wait = self._settles.wait_s(time.monotonic())
+                wait = self._settles.wait_s(now)
             closing = self._closing.is_set()
             if wait is None and closing:
                 return
-            if wait == 0 or (wait is not None and closing):
+            if wait is not None and (wait == 0 or closing):
+                wait = max(retry_at - now, 0.0)
+            if wait == 0:
                 if self._flush():
                     failures = 0
                     continue
@@ -285,7 +294,8 @@ class Worker:
                 if closing and failures >= FINAL_FLUSH_TRIES:
                     self._give_up()
                     return
-                wait = FLUSH_RETRY_S
+                retry_at = time.monotonic() + FLUSH_RETRY_S
+                continue
             self._flush_wake.wait(wait)
 
     def _flush(self) -> bool:
@@ -387,7 +397,8 @@ class Worker:
                 unstarted.append(message)
         with self._lock:
             self._busy -= len(unstarted)
-        self._release(unstarted, "not started at shutdown")
+        # Fetched just before the stop: routine, hence only logged at INFO.
+        self._release(unstarted, "not started at shutdown", logging.INFO)
         deadline = time.monotonic() + self.shutdown_grace_ms / 1000
         while time.monotonic() < deadline:
             self._wake.clear()
@@ -401,7 +412,7 @@ class Worker:
             ]
         self._release(running, "still running at shutdown")
 
-    def _release(self, messages: list[Message], why: str) -> None:
+    def _release(self, messages: list[Message], why: str, level: int = logging.WARNING) -> None:
         """Defer (not fail) deliveries the worker gives up: another worker picks them up at
         once, attempts unchanged. Marked abandoned first, so a late result is dropped."""
         with self._lock:
@@ -410,7 +421,7 @@ class Worker:
         for message in messages:
             try:
                 status = message.defer()
-                log.warning("message %s %s: %s", message.id, why, status)
+                log.log(level, "message %s %s: %s", message.id, why, status)
             except psycopg.Error as exc:
                 log.warning("could not defer message %s (%s): %s", message.id, why, exc)
             with self._lock:
