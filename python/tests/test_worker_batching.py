@@ -245,6 +245,30 @@ def test_run_again_after_until_idle_still_flushes(
     assert worker.counts["completed"] == 6 and live_ids(db, spy.name) == set()
 
 
+def test_finished_work_is_flushed_before_a_recovered_message_runs(
+    spy: SpyQueue, db: psycopg.Connection[Any], start_worker: Any
+) -> None:
+    """A recovered message may be a poison that kills the worker: whatever finished before
+    it must be committed before it runs, or it would be delivered again (and a channel's
+    max_attempts could dead-letter innocent work)."""
+    [suspect] = ids([spy.create("suspect", channel="c")])
+    [taken] = spy.dequeue(lock_ms=300)  # held by a worker that dies: the lock expires
+    assert taken.id == suspect
+    [innocent] = ids([spy.create("innocent", channel="c")])
+    seen_live: list[set[int]] = []
+
+    def handler(message: Message) -> None:
+        if message.recovered:
+            seen_live.append(live_ids(db, spy.name))
+
+    worker = Worker(spy, handler, settle_batch_size=1000)
+    worker._settles.interval_s = 3600.0  # no timed flush: only the rule can flush
+    start_worker(worker)
+    wait_for(lambda: seen_live, what="the recovered message to run")
+    assert seen_live == [{suspect}]  # the innocent one was completed first
+    assert spy.batches[0] == [innocent]
+
+
 # -- a handler that settles in its own transaction ---------------------------------------
 
 

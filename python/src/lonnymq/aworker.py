@@ -79,6 +79,7 @@ class AsyncWorker:
         )
         self._wake = asyncio.Event()
         self._flush_wake = asyncio.Event()
+        self._flushing = asyncio.Lock()
         self._stopping = False
         self._closing = False
         self._listening = asyncio.Event()
@@ -212,6 +213,10 @@ class AsyncWorker:
 
     async def _handle(self, message: AsyncMessage) -> None:
         try:
+            if message.recovered:
+                # Its last lock expired: it may be what killed a worker. Flush first, so
+                # if it kills this one too, no finished work goes down with it.
+                await self._flush_all()
             outcome = await self._run_handler(message)
             entry = self._held.get(delivery(message))
             if entry is not None and not entry.abandoned:
@@ -278,8 +283,18 @@ class AsyncWorker:
                 continue
             await self._sleep(self._flush_wake, wait)
 
+    async def _flush_all(self) -> None:
+        """Flush everything buffered now (stops at an error)."""
+        while len(self._settles) and await self._flush():
+            pass
+
     async def _flush(self) -> bool:
-        """Send one batch; False (the unsent settles back in the buffer) on a database error."""
+        """Send one batch; False (the unsent settles back in the buffer) on a database error.
+        One flush at a time: who flushes after another also waits for its commit."""
+        async with self._flushing:
+            return await self._flush_batch()
+
+    async def _flush_batch(self) -> bool:
         batch = self._settles.take()
         sent: list[tuple[_settle.Settle[AsyncMessage], str]] = []
         try:

@@ -88,6 +88,7 @@ class Worker:
             settle_interval_ms, settle_batch_size
         )
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._flush_wake = threading.Event()
         self._stopping = threading.Event()
@@ -221,6 +222,10 @@ class Worker:
 
     def _slot(self, buffer: stdqueue.SimpleQueue[Message | None]) -> None:
         while (message := buffer.get()) is not None:
+            if message.recovered:
+                # Its last lock expired: it may be what killed a worker. Flush first, so
+                # if it kills this one too, no finished work goes down with it.
+                self._flush_all()
             outcome = self._run_handler(message)
             self._done(message, outcome)
 
@@ -298,8 +303,22 @@ class Worker:
                 continue
             self._flush_wake.wait(wait)
 
+    def _flush_all(self) -> None:
+        """Flush everything buffered now, from the calling thread (stops at an error)."""
+        while self._buffered_settles() and self._flush():
+            pass
+
+    def _buffered_settles(self) -> int:
+        with self._lock:
+            return len(self._settles)
+
     def _flush(self) -> bool:
-        """Send one batch; False (the unsent settles back in the buffer) on a database error."""
+        """Send one batch; False (the unsent settles back in the buffer) on a database error.
+        One flush at a time: who flushes after another also waits for its commit."""
+        with self._flushing:
+            return self._flush_batch()
+
+    def _flush_batch(self) -> bool:
         with self._lock:
             batch = self._settles.take()
         sent: list[tuple[_settle.Settle[Message], str]] = []
