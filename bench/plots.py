@@ -134,6 +134,7 @@ def worker(results: dict[str, Any], path: Path) -> None:
         label, colour = WORKER_STYLE[system]
         rates = [r["jobs_per_s"] for r in w8["runs"][system]]
         left.plot(range(1, len(rates) + 1), rates, "o-", color=colour, label=label)
+    left.set_xticks(range(1, w8["rounds"] + 1))
     left.set_xlabel("round (systems interleaved within each round)")
     left.set_ylabel("jobs / s")
     left.set_ylim(bottom=0)
