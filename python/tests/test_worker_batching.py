@@ -269,6 +269,23 @@ def test_finished_work_is_flushed_before_a_recovered_message_runs(
     assert spy.batches[0] == [innocent]
 
 
+def test_a_handler_raising_system_exit_keeps_its_slot(
+    spy: SpyQueue, db: psycopg.Connection[Any]
+) -> None:
+    spy.create_batch(["a", "b", "c"])
+    exits: list[int] = []
+
+    def handler(message: Message) -> None:
+        if message.num_attempts == 1 and not exits:
+            exits.append(message.id)
+            raise SystemExit(1)
+
+    worker = Worker(spy, handler, concurrency=1)  # one slot: losing it would stop everything
+    worker.run(until_idle=True)
+    assert worker.counts == {"completed": 3, "deferred": 1, "failed": 0, "refused": 0}
+    assert live_ids(db, spy.name) == set()
+
+
 # -- a handler that settles in its own transaction ---------------------------------------
 
 

@@ -226,7 +226,12 @@ class Worker:
                 # Its last lock expired: it may be what killed a worker. Flush first, so
                 # if it kills this one too, no finished work goes down with it.
                 self._flush_all()
-            outcome = self._run_handler(message)
+            try:
+                outcome = self._run_handler(message)
+            except BaseException:  # SystemExit and the like, which handlers should not raise
+                # Keep the slot: the message goes back at once and the thread goes on.
+                log.exception("message %s: handler raised past Exception", message.id)
+                outcome = _outcome.Outcome("defer")
             self._done(message, outcome)
 
     def _done(self, message: Message, outcome: _outcome.Outcome | None) -> None:
