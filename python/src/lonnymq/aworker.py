@@ -15,7 +15,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 
 import psycopg
@@ -26,12 +26,7 @@ from ._inflight import InFlight, delivery
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
 from .aqueue import AsyncQueue
 from .message import AsyncMessage
-from .worker import (
-    FINAL_FLUSH_TRIES,
-    FLUSH_RETRY_S,
-    LISTEN_READY_TIMEOUT_S,
-    UNKNOWN_PERIODIC_DELAY_MS,
-)
+from .worker import LISTEN_READY_TIMEOUT_S, UNKNOWN_PERIODIC_DELAY_MS
 
 log = logging.getLogger("lonnymq.worker")
 
@@ -146,9 +141,18 @@ class AsyncWorker:
                 {"every": job.name}, channel=job.channel, dedup_key=job.dedup_key
             )
 
-    async def _sleep(self, event: asyncio.Event, seconds: float | None) -> None:
+    async def _stopped_or(self, seconds: float) -> None:
+        """Sleeps ``seconds`` unless stop() comes first."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, deadline - time.monotonic()))
+
+    async def _sleep(self, event: asyncio.Event, seconds: float | None) -> bool:
+        """Sleeps until ``event`` is set or ``seconds`` passed; whether it was set."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), seconds)
+            return True
+        return False
 
     async def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
@@ -171,9 +175,9 @@ class AsyncWorker:
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
-                    await self._sleep(
-                        self._wake, _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms) / 1000
-                    )
+                    planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
+                    started = time.monotonic()
+                    woken = await self._sleep(self._wake, planned_ms / 1000)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
@@ -261,8 +265,8 @@ class AsyncWorker:
     # -- flush ------------------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
-        failures = 0
-        retry_at = 0.0  # after a failed flush, not before this
+        retries: Iterator[float] | None = None  # see Worker._flush_loop
+        retry_at = 0.0
         while True:
             self._flush_wake.clear()
             now = time.monotonic()
@@ -271,47 +275,51 @@ class AsyncWorker:
                 return
             if wait is not None and (wait == 0 or self._closing):
                 wait = max(retry_at - now, 0.0)
-            if wait == 0:
-                if await self._flush():
-                    failures = 0
-                    continue
-                failures += 1
-                if self._closing and failures >= FINAL_FLUSH_TRIES:
-                    self._give_up()
-                    return
-                retry_at = time.monotonic() + FLUSH_RETRY_S
+            if wait != 0:
+                await self._sleep(self._flush_wake, wait)
                 continue
-            await self._sleep(self._flush_wake, wait)
+            unsent, lost = await self._flush()
+            if not unsent:
+                retries = None
+                continue
+            retries = retries or iter(_timing.settle_retry_delays_s(self.lock_ms))
+            pause = next(retries, None) if lost else None
+            if pause is None:
+                self._drop(unsent)
+                retries = None
+                continue
+            self._settles.put_back(unsent)
+            retry_at = time.monotonic() + pause
 
     async def _flush_all(self) -> None:
-        """Flush everything buffered now (stops at an error)."""
-        while len(self._settles) and await self._flush():
-            pass
+        """Flush everything buffered now (stops at an error and leaves the rest to the
+        flusher)."""
+        while len(self._settles):
+            unsent, _lost = await self._flush()
+            if unsent:
+                self._settles.put_back(unsent)
+                return
 
-    async def _flush(self) -> bool:
-        """Send one batch; False (the unsent settles back in the buffer) on a database error.
-        One flush at a time: who flushes after another also waits for its commit."""
+    async def _flush(self) -> tuple[list[_settle.Settle[AsyncMessage]], bool]:
+        """See ``Worker._flush``."""
         async with self._flushing:
-            return await self._flush_batch()
-
-    async def _flush_batch(self) -> bool:
-        batch = self._settles.take()
-        sent: list[tuple[_settle.Settle[AsyncMessage], str]] = []
-        try:
-            completes, others = _settle.split(batch)
-            if completes:
-                results = await self.queue.complete_batch([s.message for s in completes])
-                sent += zip(completes, (r.status for r in results), strict=True)
-            for settle in others:
-                sent.append((settle, await self._send(settle)))
-        except psycopg.Error as exc:
-            log.warning("could not flush %d settles (%s); retrying", len(batch) - len(sent), exc)
-            done = {id(s) for s, _status in sent}
-            self._settles.put_back([s for s in batch if id(s) not in done])
+            batch = self._settles.take()
+            sent: list[tuple[_settle.Settle[AsyncMessage], str]] = []
+            try:
+                completes, others = _settle.split(batch)
+                if completes:
+                    results = await self.queue.complete_batch([s.message for s in completes])
+                    sent += zip(completes, (r.status for r in results), strict=True)
+                for settle in others:
+                    sent.append((settle, await self._send(settle)))
+            except psycopg.Error as exc:
+                done = {id(s) for s, _status in sent}
+                unsent = [s for s in batch if id(s) not in done]
+                log.info("flush of %d settles failed: %s", len(unsent), exc)
+                self._record(sent)
+                return unsent, isinstance(exc, psycopg.OperationalError)
             self._record(sent)
-            return False
-        self._record(sent)
-        return True
+            return [], False
 
     async def _send(self, settle: _settle.Settle[AsyncMessage]) -> str:
         message, outcome = settle.message, settle.outcome
@@ -335,17 +343,12 @@ class AsyncWorker:
         if sent:
             self._wake.set()
 
-    def _give_up(self) -> None:
-        left = 0
-        while len(self._settles):
-            for settle in self._settles.take():
-                self._held.pop(delivery(settle.message), None)
-                left += 1
-        log.warning(
-            "gave up flushing %d settles at shutdown: their locks expire and the messages "
-            "are delivered again",
-            left,
-        )
+    def _drop(self, settles: list[_settle.Settle[AsyncMessage]]) -> None:
+        """See ``Worker._drop``."""
+        for settle in settles:
+            self._held.pop(delivery(settle.message), None)
+        log.warning("could not flush %d settles: they will be delivered again", len(settles))
+        self._wake.set()
 
     # -- heartbeats -------------------------------------------------------------------------
 

@@ -39,11 +39,6 @@ Handler = Callable[[Message], object]
 UNKNOWN_PERIODIC_DELAY_MS = 5000
 # Start without LISTEN after this long (the timed fallback still finds the work).
 LISTEN_READY_TIMEOUT_S = 5.0
-# After a failed flush, try again this much later (the settles stay buffered meanwhile).
-FLUSH_RETRY_S = 1.0
-# At shutdown, give up on a flush after this many failures: the locks expire and the
-# messages are delivered again, so nothing is lost.
-FINAL_FLUSH_TRIES = 3
 
 
 class Worker:
@@ -187,7 +182,7 @@ class Worker:
                 # runs, so batches grow by themselves.
                 messages = self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
                 if messages:
-                    retry_ms = _timing.MIN_RETRY_MS
+                    retry_ms, woken_early = _timing.MIN_RETRY_MS, False
                     self._hand_out(messages)
                     continue
                 # Nothing to do: sleep announced as a waiter, so that producers notify.
@@ -284,7 +279,8 @@ class Worker:
     # -- flush ------------------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        failures = 0
+        # While flushes keep losing their connection: the pauses left before giving up.
+        retries: Iterator[float] | None = None
         retry_at = 0.0  # after a failed flush, not before this
         while True:
             self._flush_wake.clear()
@@ -296,53 +292,62 @@ class Worker:
                 return
             if wait is not None and (wait == 0 or closing):
                 wait = max(retry_at - now, 0.0)
-            if wait == 0:
-                if self._flush():
-                    failures = 0
-                    continue
-                failures += 1
-                if closing and failures >= FINAL_FLUSH_TRIES:
-                    self._give_up()
-                    return
-                retry_at = time.monotonic() + FLUSH_RETRY_S
+            if wait != 0:
+                self._flush_wake.wait(wait)
                 continue
-            self._flush_wake.wait(wait)
+            unsent, lost = self._flush()
+            if not unsent:
+                retries = None
+                continue
+            # Re-issued on another connection as a single settle would be (_timing); the
+            # fencing token makes a re-issue safe.
+            retries = retries or iter(_timing.settle_retry_delays_s(self.lock_ms))
+            pause = next(retries, None) if lost else None
+            if pause is None:
+                self._drop(unsent)
+                retries = None
+                continue
+            with self._lock:
+                self._settles.put_back(unsent)
+            retry_at = time.monotonic() + pause
 
     def _flush_all(self) -> None:
-        """Flush everything buffered now, from the calling thread (stops at an error)."""
-        while self._buffered_settles() and self._flush():
-            pass
+        """Flush everything buffered now, from the calling thread (stops at an error and
+        leaves the rest to the flusher)."""
+        while self._buffered_settles():
+            unsent, _lost = self._flush()
+            if unsent:
+                with self._lock:
+                    self._settles.put_back(unsent)
+                return
 
     def _buffered_settles(self) -> int:
         with self._lock:
             return len(self._settles)
 
-    def _flush(self) -> bool:
-        """Send one batch; False (the unsent settles back in the buffer) on a database error.
-        One flush at a time: who flushes after another also waits for its commit."""
+    def _flush(self) -> tuple[list[_settle.Settle[Message]], bool]:
+        """Send one batch. Returns the settles not sent (empty when all went) and whether
+        the connection was lost. One flush at a time: who flushes after another also waits
+        for its commit."""
         with self._flushing:
-            return self._flush_batch()
-
-    def _flush_batch(self) -> bool:
-        with self._lock:
-            batch = self._settles.take()
-        sent: list[tuple[_settle.Settle[Message], str]] = []
-        try:
-            completes, others = _settle.split(batch)
-            if completes:
-                results = self.queue.complete_batch([s.message for s in completes])
-                sent += zip(completes, (r.status for r in results), strict=True)
-            for settle in others:
-                sent.append((settle, self._send(settle)))
-        except psycopg.Error as exc:
-            log.warning("could not flush %d settles (%s); retrying", len(batch) - len(sent), exc)
-            done = {id(s) for s, _status in sent}
             with self._lock:
-                self._settles.put_back([s for s in batch if id(s) not in done])
+                batch = self._settles.take()
+            sent: list[tuple[_settle.Settle[Message], str]] = []
+            try:
+                completes, others = _settle.split(batch)
+                if completes:
+                    results = self.queue.complete_batch([s.message for s in completes])
+                    sent += zip(completes, (r.status for r in results), strict=True)
+                for settle in others:
+                    sent.append((settle, self._send(settle)))
+            except psycopg.Error as exc:
+                done = {id(s) for s, _status in sent}
+                unsent = [s for s in batch if id(s) not in done]
+                log.info("flush of %d settles failed: %s", len(unsent), exc)
+                self._record(sent)
+                return unsent, isinstance(exc, psycopg.OperationalError)
             self._record(sent)
-            return False
-        self._record(sent)
-        return True
+            return [], False
 
     def _send(self, settle: _settle.Settle[Message]) -> str:
         message, outcome = settle.message, settle.outcome
@@ -368,18 +373,14 @@ class Worker:
         if sent:
             self._wake.set()  # until_idle waits for the flush; a freed channel may have work
 
-    def _give_up(self) -> None:
+    def _drop(self, settles: list[_settle.Settle[Message]]) -> None:
+        """Give up on settles that could not be sent: their locks expire and the messages
+        are delivered again, so nothing is lost."""
         with self._lock:
-            left = self._settles.take()
-            while len(self._settles):
-                left += self._settles.take()
-            for settle in left:
+            for settle in settles:
                 self._held.pop(delivery(settle.message), None)
-        log.warning(
-            "gave up flushing %d settles at shutdown: their locks expire and the messages "
-            "are delivered again",
-            len(left),
-        )
+        log.warning("could not flush %d settles: they will be delivered again", len(settles))
+        self._wake.set()
 
     # -- heartbeats -------------------------------------------------------------------------
 
