@@ -14,6 +14,7 @@ import fairness
 import held_snapshot
 import latency
 import plots
+import python_worker
 import report
 import throughput
 
@@ -21,8 +22,8 @@ import throughput
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="~2 minute smoke run at reduced scale")
-    parser.add_argument("--only", default="throughput,latency,fairness",
-                        help="comma list of: throughput, latency, fairness, held-snapshot, "
+    parser.add_argument("--only", default="throughput,latency,fairness,worker",
+                        help="comma list of: throughput, latency, fairness, worker, held-snapshot, "
                              "held-snapshot-floor (the floor under the same test, for comparison)")
     parser.add_argument("--workloads", default=",".join(throughput.WORKLOADS),
                         help="throughput workloads to run")
@@ -57,6 +58,9 @@ def main() -> None:
     if "fairness" in parts:
         common.log("workload 6: fairness and rate limits")
         results["fairness"] = fairness.run(scale)
+    if "worker" in parts:
+        common.log("workload 8: the Python Worker against a PGMQ consumer, backlog held")
+        results["worker"] = python_worker.run(rounds, seconds, results["install"]["peers"])
     if "held-snapshot" in parts:
         results["held_snapshot"] = held_snapshot.run(args.minutes)
     if "held-snapshot-floor" in parts:

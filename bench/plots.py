@@ -118,10 +118,53 @@ def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot
     plt.close(fig)
 
 
+WORKER_STYLE = {
+    "lonnymq": ("lonnymq Worker, 100 channels", "#1f77b4"),
+    "lonnymq_channelless": ("lonnymq Worker, channel-less", "#6baed6"),
+    "lonnymq_baseline": ("lonnymq Worker, baseline revision", "#c6dbef"),
+    "pgmq": ("PGMQ consumer, same shape", "#2ca02c"),
+}
+
+
+def worker(results: dict[str, Any], path: Path) -> None:
+    w8 = results["worker"]
+    systems = [s for s in WORKER_STYLE if s in w8["runs"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for j, system in enumerate(systems):
+        label, colour = WORKER_STYLE[system]
+        rates = [r["jobs_per_s"] for r in w8["runs"][system]]
+        left.plot(range(1, len(rates) + 1), rates, "o-", color=colour, label=label)
+    left.set_xticks(range(1, w8["rounds"] + 1))
+    left.set_xlabel("round (systems interleaved within each round)")
+    left.set_ylabel("jobs / s")
+    left.set_ylim(bottom=0)
+    left.set_title("throughput per round")
+    left.legend(fontsize=8)
+    parts = (("consumer_backends_cpu_ms_per_job", "consumers' backends"),
+             ("server_cpu_ms_per_job", "whole server"), ("client_cpu_ms_per_job", "worker processes"))
+    width = 0.8 / len(systems)
+    for j, system in enumerate(systems):
+        label, colour = WORKER_STYLE[system]
+        xs = [i - 0.4 + (j + 0.5) * width for i in range(len(parts))]
+        left_values = [w8["summary"][system][key] for key, _ in parts]
+        right.bar(xs, left_values, width, color=colour, label=label)
+    right.set_xticks(range(len(parts)))
+    right.set_xticklabels([name for _, name in parts], fontsize=8)
+    right.set_ylabel("CPU ms per job (median)")
+    right.set_title("CPU per job")
+    workers = w8["processes"] * w8["slots"]
+    fig.suptitle(f"Workload 8: the Python Worker, {workers} workers ({w8['processes']} processes x "
+                 f"{w8['slots']} slots), backlog held at {w8['backlog']}, no-op handler")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]:
     made = []
     for key, fn, name in (("throughput", throughput, "throughput"), ("latency", latency, "latency"),
-                          ("fairness", fairness, "fairness"), ("held_snapshot", held_snapshot, "held-snapshot"),
+                          ("fairness", fairness, "fairness"), ("worker", worker, "worker"),
+                          ("held_snapshot", held_snapshot, "held-snapshot"),
                           ("held_snapshot_floor",
                            lambda r, p: held_snapshot(r, p, "held_snapshot_floor"), "held-snapshot")):
         if key in results:

@@ -18,6 +18,7 @@ W2_FLOOR_TARGET = 0.8
 W3_FLOOR_TARGET = 0.9
 W3_PGMQ_TARGET = 1.0
 W4_TARGET = 10  # lonnymq's batches / its own workload 1
+W8_PGMQ_TARGET = 1.0  # the Worker / a PGMQ consumer of the same shape
 
 
 def _rate(entry: dict[str, Any], system: str) -> float:
@@ -109,6 +110,36 @@ def _w4_rows(tp: dict[str, Any], sync: str) -> list[dict[str, Any]]:
              "by": f"{ratio / W4_TARGET:.2f} of goal"}]
 
 
+def _w8_rows(w8: dict[str, Any]) -> list[dict[str, Any]]:
+    summary = w8["summary"]
+    workers = w8["processes"] * w8["slots"]
+    rows = []
+    for system, label in (("lonnymq", "100 channels"), ("lonnymq_channelless", "channel-less"),
+                          ("lonnymq_baseline", f"Worker at {w8.get('baseline')}, 100 channels")):
+        entry = summary.get(system)
+        if entry is None:
+            continue
+        cpu = (f"server {entry['server_cpu_ms_per_job']:.3f} ms/job, its backends "
+               f"{entry['consumer_backends_cpu_ms_per_job']:.3f}, workers {entry['client_cpu_ms_per_job']:.3f}")
+        row = {"workload": f"8 Python Worker, {workers} workers, backlog held, {label}",
+               "goal": f">= {W8_PGMQ_TARGET}x PGMQ consumer" if system == "lonnymq" else "(context)"}
+        if "ratio_pgmq" not in entry:
+            rows.append(_unmeasured({**row, "measured": f"{entry['jobs_per_s']:.0f} jobs/s ({cpu})"}, "PGMQ"))
+            continue
+        pgmq = summary["pgmq"]
+        ratio = entry["ratio_pgmq"]
+        measured = (f"{entry['jobs_per_s']:.0f} vs PGMQ {pgmq['jobs_per_s']:.0f} jobs/s = {ratio:.2f}x "
+                    f"(median of rounds {entry['ratio_pgmq_median_of_rounds']:.2f}x); {cpu}; PGMQ: server "
+                    f"{pgmq['server_cpu_ms_per_job']:.3f}, its backends "
+                    f"{pgmq['consumer_backends_cpu_ms_per_job']:.3f}, workers {pgmq['client_cpu_ms_per_job']:.3f}")
+        if system == "lonnymq":
+            rows.append({**row, "measured": measured, "met": ratio >= W8_PGMQ_TARGET,
+                         "by": f"{ratio / W8_PGMQ_TARGET:.2f} of goal"})
+        else:
+            rows.append({**row, "measured": measured, "met": None, "by": ""})
+    return rows
+
+
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     tp = results.get("throughput", {}).get("summary", {})
@@ -149,6 +180,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                      "measured": f"min gap {r['min_gap_ms']} ms for interval {r['interval_ms']} ms, "
                                  f"{r['violations']} violations",
                      "goal": "0 violations", "met": r["violations"] == 0, "by": ""})
+    if "worker" in results:
+        rows += _w8_rows(results["worker"])
     w7 = results.get("held_snapshot")
     if w7:
         rows.append({"workload": "7 held snapshot: throughput while held",

@@ -30,7 +30,8 @@ from .conftest import (
     wait_for,
 )
 
-N_MESSAGES = 3000
+# Enough work to outlast MIN_TERMINATED terminations: batched workers drain 3,000 in 2 s.
+N_MESSAGES = 9000
 CHAOS_S = 12  # terminate for this long (or until all is settled), then let it drain
 MIN_TERMINATED = 20
 LIMITED = [f"lim{n}" for n in range(10)]

@@ -1,7 +1,10 @@
 """``AsyncWorker``: the asyncio twin of ``Worker`` (same options, same behaviour).
 
-Handlers are coroutines run as tasks, one per slot. A listener task (LISTEN) and finished
-handlers set a wake event; ``wait_hint_ms`` bounds every sleep. See worker.py for the rules.
+Handlers are coroutines run as tasks, one per slot: the messages of one dequeue start at
+once, so no buffer sits between fetch and work. Their outcomes wait in the settle buffer
+for a flusher task, which sends them in batches as ``Worker``'s flusher thread does. A
+listener task (LISTEN), finished handlers and flushes set a wake event; ``wait_hint_ms``
+bounds every sleep. See worker.py for the rules.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 
 import psycopg
 
-from . import _outcome, _periodic, _timing
+from . import _outcome, _periodic, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
-from ._inflight import InFlight
+from ._inflight import InFlight, delivery
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
 from .aqueue import AsyncQueue
 from .hooks import Dispatch, WorkerHooks
@@ -44,11 +47,14 @@ class AsyncWorker:
         heartbeat_ms: int | None = None,
         max_sleep_ms: int = 10_000,
         shutdown_grace_ms: int = 10_000,
+        settle_interval_ms: int = _settle.DEFAULT_INTERVAL_MS,
+        settle_batch_size: int = _settle.DEFAULT_BATCH_SIZE,
         handle_signals: bool = True,
         hooks: WorkerHooks | Sequence[WorkerHooks] = (),
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
+        _settle.check_options(settle_interval_ms, settle_batch_size)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -62,12 +68,18 @@ class AsyncWorker:
         self.hooks = Dispatch(hooks)
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[AsyncHandler]] = {}
-        # Keyed by delivery, not message: the same worker may hold an expired
-        # attempt and its redelivery at once.
-        self._inflight: dict[tuple[int, int], InFlight[AsyncMessage]] = {}
+        # Every delivery held: running, or done with its settle not yet flushed.
+        self._held: dict[tuple[int, int], InFlight[AsyncMessage]] = {}
+        # Running handlers (a settle waiting for a flush frees its slot).
         self._tasks: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self._settles: _settle.SettleBuffer[AsyncMessage] = _settle.SettleBuffer(
+            settle_interval_ms, settle_batch_size
+        )
         self._wake = asyncio.Event()
+        self._flush_wake = asyncio.Event()
+        self._flushing = asyncio.Lock()
         self._stopping = False
+        self._closing = False
         self._listening = asyncio.Event()
         self._loop_ref: asyncio.AbstractEventLoop | None = None
         # Set while the loop waits for work with free slots (a threading.Event, so another
@@ -94,17 +106,20 @@ class AsyncWorker:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight)
+        """Deliveries held: running, or settled but not yet flushed."""
+        return len(self._held)
 
     async def run(self, until_idle: bool = False) -> None:
         """Process messages until ``stop()`` (or SIGTERM/SIGINT); with ``until_idle``, also
-        return once nothing is ready and nothing is in flight."""
+        return once nothing is ready and nothing is held."""
         # _stopping is not reset: a stop() that lands just before run() must still count.
         self._loop_ref = asyncio.get_running_loop()
         self._listening = asyncio.Event()
+        self._closing = False  # run() may follow a run(until_idle=True)
         async with self._signals():
             listener = asyncio.create_task(self._listen(), name="lonnymq-listen")
             heartbeats = asyncio.create_task(self._heartbeat_loop(), name="lonnymq-heartbeat")
+            flusher = asyncio.create_task(self._flush_loop(), name="lonnymq-flush")
             try:
                 # Listen before the first dequeue, so no NOTIFY falls between the two.
                 with contextlib.suppress(TimeoutError):
@@ -113,11 +128,15 @@ class AsyncWorker:
                 await self._loop(until_idle)
                 await self._drain()
             finally:
+                self._closing = True
+                self._flush_wake.set()
+                # The final flush, while heartbeats still run.
+                await asyncio.gather(flusher, return_exceptions=True)
                 for task in (listener, heartbeats):
                     task.cancel()
                 await asyncio.gather(listener, heartbeats, return_exceptions=True)
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- fetch ------------------------------------------------------------------------------
 
     async def _create_periodic(self) -> None:
         for job in self._periodic.values():
@@ -131,10 +150,10 @@ class AsyncWorker:
         while not self._stopping and time.monotonic() < deadline:
             await asyncio.sleep(min(0.05, deadline - time.monotonic()))
 
-    async def _sleep(self, ms: float) -> bool:
-        """Sleeps until woken or ``ms`` passed; whether it was woken."""
+    async def _sleep(self, event: asyncio.Event, seconds: float | None) -> bool:
+        """Sleeps until ``event`` is set or ``seconds`` passed; whether it was set."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), ms / 1000)
+            await asyncio.wait_for(event.wait(), seconds)
             return True
         return False
 
@@ -143,9 +162,9 @@ class AsyncWorker:
         woken_early = False  # whether the last sleep was cut short by a wake-up
         while not self._stopping:
             self._wake.clear()
-            free = self.concurrency - self.in_flight
+            free = self.concurrency - len(self._tasks)
             if free <= 0:
-                await self._sleep(self.max_sleep_ms)
+                await self._sleep(self._wake, self.max_sleep_ms / 1000)
                 continue
             try:
                 messages = await self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
@@ -161,7 +180,7 @@ class AsyncWorker:
                     self.sleeping.set()
                     planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
                     started = time.monotonic()
-                    woken = await self._sleep(planned_ms)
+                    woken = await self._sleep(self._wake, planned_ms / 1000)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
@@ -175,8 +194,8 @@ class AsyncWorker:
             woken_early = woken
 
     def _start(self, message: AsyncMessage) -> None:
-        self._inflight[(message.id, message.num_attempts)] = InFlight(message)
-        self._tasks[(message.id, message.num_attempts)] = asyncio.create_task(
+        self._held[delivery(message)] = InFlight(message)
+        self._tasks[delivery(message)] = asyncio.create_task(
             self._handle(message), name=f"lonnymq-handler-{message.id}"
         )
 
@@ -197,23 +216,40 @@ class AsyncWorker:
                 log.warning("LISTEN connection lost (%s); relying on timed wake-ups", exc)
                 await asyncio.sleep(RECONNECT_DELAY_S)
 
-    # -- one message ------------------------------------------------------------------------
+    # -- work -------------------------------------------------------------------------------
 
     async def _handle(self, message: AsyncMessage) -> None:
         started = self.hooks.delivered(message)
         outcome: _outcome.Outcome | None = None
         status: str | None = None
         try:
+            if message.recovered:
+                # Its last lock expired: it may be what killed a worker. Flush first, so
+                # if it kills this one too, no finished work goes down with it.
+                await self._flush_all()
             outcome = await self._run_handler(message)
-            if not self._inflight[(message.id, message.num_attempts)].abandoned:
-                status = await self._settle(message, outcome)
+            entry = self._held.get(delivery(message))
+            if entry is not None:
+                entry.started = started
+            if entry is not None and not entry.abandoned:
+                if outcome is None:
+                    del self._held[delivery(message)]
+                    status = message._settles[-1]
+                    self._count(status)
+                    self.hooks.settled(message, None, status, started)
+                else:
+                    entry.awaiting_flush = True
+                    self._settles.add(message, outcome, time.monotonic())
+                    self._flush_wake.set()
+            else:
+                self.hooks.settled(message, outcome, None, started)  # abandoned, or gone
         finally:
-            self.hooks.settled(message, outcome, status, started)
-            self._inflight.pop((message.id, message.num_attempts), None)
-            self._tasks.pop((message.id, message.num_attempts), None)
+            self._tasks.pop(delivery(message), None)
             self._wake.set()
 
-    async def _run_handler(self, message: AsyncMessage) -> _outcome.Outcome:
+    async def _run_handler(self, message: AsyncMessage) -> _outcome.Outcome | None:
+        """The outcome to settle; None when the handler returned after settling the message
+        itself (see ``Worker._run_handler``)."""
         if _periodic.is_periodic(message.channel):
             return await self._run_periodic(message)
         try:
@@ -223,7 +259,7 @@ class AsyncWorker:
             return _outcome.for_exception(
                 exc, message.num_attempts, self.max_attempts, self.backoff
             )
-        return _outcome.COMPLETE
+        return None if message._settles else _outcome.COMPLETE
 
     async def _run_periodic(self, message: AsyncMessage) -> _outcome.Outcome:
         job = self._periodic.get(message.channel or "")
@@ -235,34 +271,102 @@ class AsyncWorker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
-    async def _settle_once(self, message: AsyncMessage, outcome: _outcome.Outcome) -> str:
-        if outcome.action == "complete":
-            return await message.complete()
-        if outcome.action == "defer":
-            return await message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-        return await message.fail(outcome.error)
+    def _count(self, status: str) -> None:
+        self.counts[status if status in _settle.APPLIED else "refused"] += 1
 
-    async def _settle(self, message: AsyncMessage, outcome: _outcome.Outcome) -> str | None:
-        # As in Worker._settle: a settle lost with its connection is re-issued on another.
-        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+    # -- flush ------------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        retries: Iterator[float] | None = None  # see Worker._flush_loop
+        retry_at = 0.0
         while True:
+            self._flush_wake.clear()
+            now = time.monotonic()
+            wait = self._settles.wait_s(now)
+            if wait is None and self._closing:
+                return
+            if wait is not None and (wait == 0 or self._closing):
+                wait = max(retry_at - now, 0.0)
+            if wait != 0:
+                await self._sleep(self._flush_wake, wait)
+                continue
+            unsent, lost = await self._flush()
+            if not unsent:
+                retries = None
+                continue
+            retries = retries or iter(_timing.settle_retry_delays_s(self.lock_ms))
+            pause = next(retries, None) if lost else None
+            if pause is None:
+                self._drop(unsent)
+                retries = None
+                continue
+            self._settles.put_back(unsent)
+            retry_at = time.monotonic() + pause
+
+    async def _flush_all(self) -> None:
+        """Flush everything buffered now (stops at an error and leaves the rest to the
+        flusher)."""
+        while len(self._settles):
+            unsent, _lost = await self._flush()
+            if unsent:
+                self._settles.put_back(unsent)
+                return
+
+    async def _flush(self) -> tuple[list[_settle.Settle[AsyncMessage]], bool]:
+        """See ``Worker._flush``."""
+        async with self._flushing:
+            batch = self._settles.take()
+            sent: list[tuple[_settle.Settle[AsyncMessage], str]] = []
             try:
-                status = await self._settle_once(message, outcome)
-                break
-            except psycopg.OperationalError as exc:
-                delay = next(retries, None)
-                if delay is None:
-                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                    return None  # the lock expires and the message is redelivered: nothing is lost
-                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
-                await asyncio.sleep(delay)
+                completes, others = _settle.split(batch)
+                if completes:
+                    results = await self.queue.complete_batch([s.message for s in completes])
+                    sent += zip(completes, (r.status for r in results), strict=True)
+                for settle in others:
+                    sent.append((settle, await self._send(settle)))
             except psycopg.Error as exc:
-                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                return None
-        self.counts[status if status in self.counts else "refused"] += 1
-        if status not in ("completed", "deferred", "failed"):
-            log.warning("%s of message %s refused: %s", outcome.action, message.id, status)
-        return status
+                done = {id(s) for s, _status in sent}
+                unsent = [s for s in batch if id(s) not in done]
+                log.info("flush of %d settles failed: %s", len(unsent), exc)
+                self._record(sent)
+                return unsent, isinstance(exc, psycopg.OperationalError)
+            self._record(sent)
+            return [], False
+
+    async def _send(self, settle: _settle.Settle[AsyncMessage]) -> str:
+        message, outcome = settle.message, settle.outcome
+        if outcome.action == "defer":
+            return await self.queue.defer(
+                message.id, message.num_attempts, delay_ms=outcome.delay_ms, state=outcome.state
+            )
+        return await self.queue.fail(message.id, message.num_attempts, outcome.error)
+
+    def _record(self, sent: list[tuple[_settle.Settle[AsyncMessage], str]]) -> None:
+        for settle, status in sent:
+            entry = self._held.pop(delivery(settle.message), None)
+            self._count(status)
+            self.hooks.settled(
+                settle.message, settle.outcome, status, entry.started if entry else time.monotonic()
+            )
+            if status not in _settle.APPLIED:
+                log.warning(
+                    "%s of message %s refused: %s",
+                    settle.outcome.action,
+                    settle.message.id,
+                    status,
+                )
+        if sent:
+            self._wake.set()
+
+    def _drop(self, settles: list[_settle.Settle[AsyncMessage]]) -> None:
+        """See ``Worker._drop``."""
+        for settle in settles:
+            entry = self._held.pop(delivery(settle.message), None)
+            self.hooks.settled(
+                settle.message, settle.outcome, None, entry.started if entry else time.monotonic()
+            )
+        log.warning("could not flush %d settles: they will be delivered again", len(settles))
+        self._wake.set()
 
     # -- heartbeats -------------------------------------------------------------------------
 
@@ -273,7 +377,7 @@ class AsyncWorker:
             now = time.monotonic()
             due = [
                 f
-                for f in self._inflight.values()
+                for f in self._held.values()
                 if not f.abandoned and now - f.last_extended >= interval
             ]
             for entry in due:
@@ -283,17 +387,19 @@ class AsyncWorker:
                     log.warning("heartbeat of message %s failed: %s", entry.message.id, exc)
                     continue
                 entry.last_extended = now
-                if status != "extended":
+                # A flush may have settled it meanwhile: then the refusal is expected.
+                if status != "extended" and delivery(entry.message) in self._held:
                     log.warning("heartbeat of message %s refused: %s", entry.message.id, status)
 
     # -- shutdown ---------------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        """Let running handlers finish within the grace period; cancel and defer the rest."""
+        """Let running handlers finish within the grace period (their settles are flushed
+        as usual); cancel and defer the rest."""
         tasks = list(self._tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=self.shutdown_grace_ms / 1000)
-        leftovers = [(self._inflight[i], t) for i, t in self._tasks.items() if i in self._inflight]
+        leftovers = [(self._held[k], t) for k, t in self._tasks.items() if k in self._held]
         for entry, task in leftovers:
             entry.abandoned = True
             task.cancel()
@@ -303,6 +409,7 @@ class AsyncWorker:
                 log.warning("message %s still running at shutdown: %s", entry.message.id, status)
             except psycopg.Error as exc:
                 log.warning("could not defer message %s at shutdown: %s", entry.message.id, exc)
+            self._held.pop(delivery(entry.message), None)
         await asyncio.gather(*(t for _e, t in leftovers), return_exceptions=True)
 
     @contextlib.asynccontextmanager

@@ -2,6 +2,8 @@
 
 Each action passes ``num_attempts`` back as the fencing token and returns the SQL status
 (``completed``, ``deferred``, ``extended``, ``failed``, ``not_found`` or ``state_invalid``).
+A message remembers the settles made through it that took effect, so a worker knows when
+its handler settled the message itself (for example inside its own transaction).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection, Connection
 
 from ._content import Content
+from ._settle import APPLIED
 from .models import MessageData
 
 if TYPE_CHECKING:
@@ -20,14 +23,25 @@ if TYPE_CHECKING:
     from .queue import Queue
 
 
+def _remember(settles: list[str], status: str) -> str:
+    if status in APPLIED:
+        settles.append(status)
+    return status
+
+
 @dataclass(frozen=True)
 class Message(MessageData):
     """A message delivered by ``Queue.dequeue``; ``conn=`` joins the caller's transaction."""
 
     _queue: Queue = field(repr=False, compare=False)
+    # Statuses of settles made through this object that took effect.
+    _settles: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    def _settled(self, status: str) -> str:
+        return _remember(self._settles, status)
 
     def complete(self, *, conn: Connection[Any] | None = None) -> str:
-        return self._queue.complete(self.id, self.num_attempts, conn=conn)
+        return self._settled(self._queue.complete(self.id, self.num_attempts, conn=conn))
 
     def defer(
         self,
@@ -37,20 +51,22 @@ class Message(MessageData):
         state: Content | None = None,
         conn: Connection[Any] | None = None,
     ) -> str:
-        return self._queue.defer(
-            self.id,
-            self.num_attempts,
-            dequeue_at=dequeue_at,
-            delay_ms=delay_ms,
-            state=state,
-            conn=conn,
+        return self._settled(
+            self._queue.defer(
+                self.id,
+                self.num_attempts,
+                dequeue_at=dequeue_at,
+                delay_ms=delay_ms,
+                state=state,
+                conn=conn,
+            )
         )
 
     def heartbeat(self, lock_ms: int, *, conn: Connection[Any] | None = None) -> str:
         return self._queue.heartbeat(self.id, self.num_attempts, lock_ms, conn=conn)
 
     def fail(self, error: str | None = None, *, conn: Connection[Any] | None = None) -> str:
-        return self._queue.fail(self.id, self.num_attempts, error, conn=conn)
+        return self._settled(self._queue.fail(self.id, self.num_attempts, error, conn=conn))
 
 
 @dataclass(frozen=True)
@@ -58,9 +74,13 @@ class AsyncMessage(MessageData):
     """A message delivered by ``AsyncQueue.dequeue``; the asyncio twin of ``Message``."""
 
     _queue: AsyncQueue = field(repr=False, compare=False)
+    _settles: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    def _settled(self, status: str) -> str:
+        return _remember(self._settles, status)
 
     async def complete(self, *, conn: AsyncConnection[Any] | None = None) -> str:
-        return await self._queue.complete(self.id, self.num_attempts, conn=conn)
+        return self._settled(await self._queue.complete(self.id, self.num_attempts, conn=conn))
 
     async def defer(
         self,
@@ -70,13 +90,15 @@ class AsyncMessage(MessageData):
         state: Content | None = None,
         conn: AsyncConnection[Any] | None = None,
     ) -> str:
-        return await self._queue.defer(
-            self.id,
-            self.num_attempts,
-            dequeue_at=dequeue_at,
-            delay_ms=delay_ms,
-            state=state,
-            conn=conn,
+        return self._settled(
+            await self._queue.defer(
+                self.id,
+                self.num_attempts,
+                dequeue_at=dequeue_at,
+                delay_ms=delay_ms,
+                state=state,
+                conn=conn,
+            )
         )
 
     async def heartbeat(self, lock_ms: int, *, conn: AsyncConnection[Any] | None = None) -> str:
@@ -85,4 +107,4 @@ class AsyncMessage(MessageData):
     async def fail(
         self, error: str | None = None, *, conn: AsyncConnection[Any] | None = None
     ) -> str:
-        return await self._queue.fail(self.id, self.num_attempts, error, conn=conn)
+        return self._settled(await self._queue.fail(self.id, self.num_attempts, error, conn=conn))

@@ -1,13 +1,19 @@
 """``Worker``: runs a handler over a queue with N concurrent slots (one thread each).
 
-One loop thread dequeues into free slots and sleeps between rounds on a wake event set by
-LISTEN notifications, finished handlers and ``stop()``, with ``wait_hint_ms`` as the timed
-fallback. A heartbeat thread extends the locks of running handlers. See docs/python.md.
+Three loops, as in a broker's subscriber. **Fetch**: one loop thread dequeues as many
+messages as there are free slots, in one call, into a local buffer that the slot threads
+take from; between rounds it sleeps on a wake event set by LISTEN notifications, finished
+handlers, flushes and ``stop()``, with ``wait_hint_ms`` as the timed fallback. **Work**: each
+slot thread runs the handler and puts its outcome in the settle buffer. **Flush**: a flusher
+thread sends the buffered settles in batches (``_settle.py``) once the oldest is
+``settle_interval_ms`` old or ``settle_batch_size`` wait. A heartbeat thread extends the
+locks of everything held. See docs/python.md.
 """
 
 from __future__ import annotations
 
 import logging
+import queue as stdqueue
 import signal
 import threading
 import time
@@ -18,9 +24,9 @@ from types import FrameType
 
 import psycopg
 
-from . import _outcome, _periodic, _timing
+from . import _outcome, _periodic, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
-from ._inflight import InFlight
+from ._inflight import InFlight, delivery
 from ._listener import Listener
 from .hooks import Dispatch, WorkerHooks
 from .message import Message
@@ -49,11 +55,14 @@ class Worker:
         heartbeat_ms: int | None = None,
         max_sleep_ms: int = 10_000,
         shutdown_grace_ms: int = 10_000,
+        settle_interval_ms: int = _settle.DEFAULT_INTERVAL_MS,
+        settle_batch_size: int = _settle.DEFAULT_BATCH_SIZE,
         handle_signals: bool = True,
         hooks: WorkerHooks | Sequence[WorkerHooks] = (),
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
+        _settle.check_options(settle_interval_ms, settle_batch_size)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -68,12 +77,20 @@ class Worker:
         self.hooks = Dispatch(hooks)
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[Handler]] = {}
-        # Keyed by delivery, not message: the same worker may hold an expired
-        # attempt and its redelivery at once.
-        self._inflight: dict[tuple[int, int], InFlight[Message]] = {}
+        # Every delivery held: buffered, running, or done with its settle not yet flushed.
+        self._held: dict[tuple[int, int], InFlight[Message]] = {}
+        # Slots in use: buffered or running (a settle waiting for a flush frees its slot).
+        self._busy = 0
+        self._buffer: stdqueue.SimpleQueue[Message | None] = stdqueue.SimpleQueue()
+        self._settles: _settle.SettleBuffer[Message] = _settle.SettleBuffer(
+            settle_interval_ms, settle_batch_size
+        )
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._wake = threading.Event()
+        self._flush_wake = threading.Event()
         self._stopping = threading.Event()
+        self._closing = threading.Event()  # no more settles will come: flush all, then end
         self._finished = threading.Event()
         # Set while the loop waits for work with free slots: for health checks and tests.
         self.sleeping = threading.Event()
@@ -98,21 +115,34 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
+        """Deliveries held: buffered, running, or settled but not yet flushed."""
         with self._lock:
-            return len(self._inflight)
+            return len(self._held)
 
     def run(self, until_idle: bool = False) -> None:
         """Process messages until ``stop()`` (or SIGTERM/SIGINT); with ``until_idle``, also
-        return once nothing is ready and nothing is in flight."""
+        return once nothing is ready and nothing is held."""
         # _stopping is not reset: a stop() that lands just before run() must still count.
         self._finished.clear()
+        self._closing.clear()  # run() may follow a run(until_idle=True)
+        # A fresh buffer per run: a handler abandoned by an earlier run may still return.
+        self._buffer = stdqueue.SimpleQueue()
         listener = Listener(self.queue.conninfo, self.queue.name, self._wake)
-        heartbeats = threading.Thread(
-            target=self._heartbeat_loop, name="lonnymq-heartbeat", daemon=True
-        )
+        helpers = [
+            threading.Thread(target=self._heartbeat_loop, name="lonnymq-heartbeat", daemon=True),
+            threading.Thread(target=self._flush_loop, name="lonnymq-flush", daemon=True),
+        ]
+        slots = [
+            # Daemons: a handler stuck past the grace period must not block exit.
+            threading.Thread(
+                target=self._slot, args=(self._buffer,), name=f"lonnymq-slot-{n}", daemon=True
+            )
+            for n in range(self.concurrency)
+        ]
         with self._signals():
             listener.start()
-            heartbeats.start()
+            for thread in helpers + slots:
+                thread.start()
             try:
                 # Listen before the first dequeue, so no NOTIFY falls between the two.
                 listener.ready.wait(LISTEN_READY_TIMEOUT_S)
@@ -120,12 +150,17 @@ class Worker:
                 self._loop(until_idle)
                 self._drain()
             finally:
+                for _ in slots:
+                    self._buffer.put(None)
+                self._closing.set()
+                self._flush_wake.set()
+                helpers[1].join()  # the final flush, while heartbeats still run
                 listener.stop()
                 self._finished.set()
-                heartbeats.join()
+                helpers[0].join()
                 listener.join()
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- fetch ------------------------------------------------------------------------------
 
     def _create_periodic(self) -> None:
         for job in self._periodic.values():
@@ -140,16 +175,18 @@ class Worker:
         while not self._stopping.is_set():
             # Clear before looking, so a wake-up that arrives while we look is not lost.
             self._wake.clear()
-            free = self.concurrency - self.in_flight
+            with self._lock:
+                free = self.concurrency - self._busy
             if free <= 0:
                 self._wake.wait(self.max_sleep_ms / 1000)
                 continue
             try:
+                # One call for every free slot: under load, slots free up while a dequeue
+                # runs, so batches grow by themselves.
                 messages = self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
                 if messages:
                     retry_ms, woken_early = _timing.MIN_RETRY_MS, False
-                    for message in messages:
-                        self._start(message)
+                    self._hand_out(messages)
                     continue
                 # Nothing to do: sleep announced as a waiter, so that producers notify.
                 with self.queue.waiting() as hint:
@@ -171,45 +208,70 @@ class Worker:
             retry_ms = _timing.next_retry_ms(retry_ms, hint, woken_early)
             woken_early = woken
 
-    def _start(self, message: Message) -> None:
+    def _hand_out(self, messages: list[Message]) -> None:
         with self._lock:
-            self._inflight[(message.id, message.num_attempts)] = InFlight(message)
-        threading.Thread(
-            target=self._handle,
-            args=(message,),
-            name=f"lonnymq-handler-{message.id}",
-            daemon=True,  # a handler stuck past the grace period must not block exit
-        ).start()
+            for message in messages:
+                self._held[delivery(message)] = InFlight(message)
+            self._busy += len(messages)
+        for message in messages:
+            self._buffer.put(message)
 
-    # -- one message ------------------------------------------------------------------------
+    # -- work -------------------------------------------------------------------------------
 
-    def _handle(self, message: Message) -> None:
-        started = self.hooks.delivered(message)
-        outcome: _outcome.Outcome | None = None
-        status: str | None = None
-        try:
-            outcome = self._run_handler(message)
+    def _slot(self, buffer: stdqueue.SimpleQueue[Message | None]) -> None:
+        while (message := buffer.get()) is not None:
+            if message.recovered:
+                # Its last lock expired: it may be what killed a worker. Flush first, so
+                # if it kills this one too, no finished work goes down with it.
+                self._flush_all()
+            started = self.hooks.delivered(message)
             with self._lock:
-                abandoned = self._inflight[(message.id, message.num_attempts)].abandoned
-            if not abandoned:
-                status = self._settle(message, outcome)
-        finally:
-            self.hooks.settled(message, outcome, status, started)
-            with self._lock:
-                self._inflight.pop((message.id, message.num_attempts), None)
-            self._wake.set()
+                entry = self._held.get(delivery(message))
+                if entry is not None:
+                    entry.started = started
+            try:
+                outcome = self._run_handler(message)
+            except BaseException:  # SystemExit and the like, which handlers should not raise
+                # Keep the slot: the message goes back at once and the thread goes on.
+                log.exception("message %s: handler raised past Exception", message.id)
+                outcome = _outcome.Outcome("defer")
+            self._done(message, outcome)
 
-    def _run_handler(self, message: Message) -> _outcome.Outcome:
+    def _done(self, message: Message, outcome: _outcome.Outcome | None) -> None:
+        """Record a finished handler: its outcome waits for the flusher, unless the handler
+        settled the message itself (``outcome`` None) or the worker gave it up."""
+        ended: str | None = None  # the hooks hear now of a self-settled or abandoned one
+        with self._lock:
+            self._busy -= 1
+            entry = self._held.get(delivery(message))
+            if entry is not None and not entry.abandoned:
+                if outcome is None:
+                    del self._held[delivery(message)]
+                    ended = message._settles[-1]
+                    self._count(ended)
+                else:
+                    entry.awaiting_flush = True
+                    self._settles.add(message, outcome, time.monotonic())
+        if entry is not None and (outcome is None or entry.abandoned):
+            self.hooks.settled(message, outcome if ended is None else None, ended, entry.started)
+        self._flush_wake.set()
+        self._wake.set()
+
+    def _run_handler(self, message: Message) -> _outcome.Outcome | None:
+        """The outcome to settle; None when the handler returned after settling the message
+        itself (e.g. ``message.complete(conn=...)`` inside its own transaction)."""
         if _periodic.is_periodic(message.channel):
             return self._run_periodic(message)
         try:
             self.handler(message)
         except Exception as exc:
+            # If the handler settled it and then raised, the settle either rolled back with
+            # its transaction (the retry applies) or stands (the retry is refused).
             log.info("message %s attempt %s raised %r", message.id, message.num_attempts, exc)
             return _outcome.for_exception(
                 exc, message.num_attempts, self.max_attempts, self.backoff
             )
-        return _outcome.COMPLETE
+        return None if message._settles else _outcome.COMPLETE
 
     def _run_periodic(self, message: Message) -> _outcome.Outcome:
         job = self._periodic.get(message.channel or "")
@@ -222,40 +284,123 @@ class Worker:
             log.exception("periodic %s failed", job.name)
         return _outcome.Outcome("defer", delay_ms=job.interval_ms)
 
-    def _settle_once(self, message: Message, outcome: _outcome.Outcome) -> str:
-        if outcome.action == "complete":
-            return message.complete()
-        if outcome.action == "defer":
-            return message.defer(delay_ms=outcome.delay_ms, state=outcome.state)
-        return message.fail(outcome.error)
+    def _count(self, status: str) -> None:
+        """Tally one settle's status (the caller holds ``_lock``)."""
+        self.counts[status if status in _settle.APPLIED else "refused"] += 1
 
-    def _settle(self, message: Message, outcome: _outcome.Outcome) -> str | None:
-        # A connection that died (a killed backend, a restart) does not leave the message
-        # locked until lock_ms runs out: the settle is re-issued on another connection.
-        retries = iter(_timing.settle_retry_delays_s(self.lock_ms))
+    # -- flush ------------------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        # While flushes keep losing their connection: the pauses left before giving up.
+        retries: Iterator[float] | None = None
+        retry_at = 0.0  # after a failed flush, not before this
         while True:
-            try:
-                status = self._settle_once(message, outcome)
-                break
-            except psycopg.OperationalError as exc:
-                delay = next(retries, None)
-                if delay is None:
-                    log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                    return None  # the lock expires and the message is redelivered: nothing is lost
-                log.info("re-issuing %s of message %s: %s", outcome.action, message.id, exc)
-                time.sleep(delay)
-            except psycopg.Error as exc:
-                # The lock will expire and the message be redelivered: nothing is lost.
-                log.warning("could not %s message %s: %s", outcome.action, message.id, exc)
-                return None
+            self._flush_wake.clear()
+            now = time.monotonic()
+            with self._lock:
+                wait = self._settles.wait_s(now)
+            closing = self._closing.is_set()
+            if wait is None and closing:
+                return
+            if wait is not None and (wait == 0 or closing):
+                wait = max(retry_at - now, 0.0)
+            if wait != 0:
+                self._flush_wake.wait(wait)
+                continue
+            unsent, lost = self._flush()
+            if not unsent:
+                retries = None
+                continue
+            # Re-issued on another connection as a single settle would be (_timing); the
+            # fencing token makes a re-issue safe.
+            retries = retries or iter(_timing.settle_retry_delays_s(self.lock_ms))
+            pause = next(retries, None) if lost else None
+            if pause is None:
+                self._drop(unsent)
+                retries = None
+                continue
+            with self._lock:
+                self._settles.put_back(unsent)
+            retry_at = time.monotonic() + pause
+
+    def _flush_all(self) -> None:
+        """Flush everything buffered now, from the calling thread (stops at an error and
+        leaves the rest to the flusher)."""
+        while self._buffered_settles():
+            unsent, _lost = self._flush()
+            if unsent:
+                with self._lock:
+                    self._settles.put_back(unsent)
+                return
+
+    def _buffered_settles(self) -> int:
         with self._lock:
-            if status in self.counts:
-                self.counts[status] += 1
-            else:
-                self.counts["refused"] += 1
-        if status not in ("completed", "deferred", "failed"):
-            log.warning("%s of message %s refused: %s", outcome.action, message.id, status)
-        return status
+            return len(self._settles)
+
+    def _flush(self) -> tuple[list[_settle.Settle[Message]], bool]:
+        """Send one batch. Returns the settles not sent (empty when all went) and whether
+        the connection was lost. One flush at a time: who flushes after another also waits
+        for its commit."""
+        with self._flushing:
+            with self._lock:
+                batch = self._settles.take()
+            sent: list[tuple[_settle.Settle[Message], str]] = []
+            try:
+                completes, others = _settle.split(batch)
+                if completes:
+                    results = self.queue.complete_batch([s.message for s in completes])
+                    sent += zip(completes, (r.status for r in results), strict=True)
+                for settle in others:
+                    sent.append((settle, self._send(settle)))
+            except psycopg.Error as exc:
+                done = {id(s) for s, _status in sent}
+                unsent = [s for s in batch if id(s) not in done]
+                log.info("flush of %d settles failed: %s", len(unsent), exc)
+                self._record(sent)
+                return unsent, isinstance(exc, psycopg.OperationalError)
+            self._record(sent)
+            return [], False
+
+    def _send(self, settle: _settle.Settle[Message]) -> str:
+        message, outcome = settle.message, settle.outcome
+        if outcome.action == "defer":
+            return self.queue.defer(
+                message.id, message.num_attempts, delay_ms=outcome.delay_ms, state=outcome.state
+            )
+        return self.queue.fail(message.id, message.num_attempts, outcome.error)
+
+    def _record(self, sent: list[tuple[_settle.Settle[Message], str]]) -> None:
+        ended = []
+        with self._lock:
+            for settle, status in sent:
+                entry = self._held.pop(delivery(settle.message), None)
+                ended.append((settle, status, entry.started if entry else time.monotonic()))
+                self._count(status)
+        for settle, status, started in ended:
+            self.hooks.settled(settle.message, settle.outcome, status, started)
+        for settle, status in sent:
+            if status not in _settle.APPLIED:
+                log.warning(
+                    "%s of message %s refused: %s",
+                    settle.outcome.action,
+                    settle.message.id,
+                    status,
+                )
+        if sent:
+            self._wake.set()  # until_idle waits for the flush; a freed channel may have work
+
+    def _drop(self, settles: list[_settle.Settle[Message]]) -> None:
+        """Give up on settles that could not be sent: their locks expire and the messages
+        are delivered again, so nothing is lost."""
+        ended = []
+        with self._lock:
+            for settle in settles:
+                entry = self._held.pop(delivery(settle.message), None)
+                ended.append((settle, entry.started if entry else time.monotonic()))
+        for settle, started in ended:
+            self.hooks.settled(settle.message, settle.outcome, None, started)
+        log.warning("could not flush %d settles: they will be delivered again", len(settles))
+        self._wake.set()
 
     # -- heartbeats -------------------------------------------------------------------------
 
@@ -266,7 +411,7 @@ class Worker:
             with self._lock:
                 due = [
                     f
-                    for f in self._inflight.values()
+                    for f in self._held.values()
                     if not f.abandoned and now - f.last_extended >= interval
                 ]
             for entry in due:
@@ -276,28 +421,56 @@ class Worker:
                     log.warning("heartbeat of message %s failed: %s", entry.message.id, exc)
                     continue
                 entry.last_extended = now
-                if status != "extended":
+                with self._lock:
+                    # A flush may have settled it meanwhile: then the refusal is expected.
+                    still_held = delivery(entry.message) in self._held
+                if status != "extended" and still_held:
                     log.warning("heartbeat of message %s refused: %s", entry.message.id, status)
 
     # -- shutdown ---------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        """Let running handlers finish within the grace period; defer the rest."""
-        deadline = time.monotonic() + self.shutdown_grace_ms / 1000
-        while self.in_flight and time.monotonic() < deadline:
-            self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0)))
-            self._wake.clear()
-        with self._lock:
-            leftovers = list(self._inflight.values())
-            for entry in leftovers:
-                entry.abandoned = True
-        for entry in leftovers:
-            # Defer (not fail): another worker picks it up at once, attempts unchanged.
+        """Release what was fetched but not started at once; let running handlers finish
+        within the grace period (their settles are flushed as usual); defer the rest."""
+        unstarted: list[Message] = []
+        while True:
             try:
-                status = entry.message.defer()
-                log.warning("message %s still running at shutdown: %s", entry.message.id, status)
+                message = self._buffer.get_nowait()
+            except stdqueue.Empty:
+                break
+            if message is not None:
+                unstarted.append(message)
+        with self._lock:
+            self._busy -= len(unstarted)
+        # Fetched just before the stop: routine, hence only logged at INFO.
+        self._release(unstarted, "not started at shutdown", logging.INFO)
+        deadline = time.monotonic() + self.shutdown_grace_ms / 1000
+        while time.monotonic() < deadline:
+            self._wake.clear()
+            with self._lock:
+                if self._busy == 0:
+                    break
+            self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0)))
+        with self._lock:
+            running = [
+                f.message for f in self._held.values() if not f.awaiting_flush and not f.abandoned
+            ]
+        self._release(running, "still running at shutdown")
+
+    def _release(self, messages: list[Message], why: str, level: int = logging.WARNING) -> None:
+        """Defer (not fail) deliveries the worker gives up: another worker picks them up at
+        once, attempts unchanged. Marked abandoned first, so a late result is dropped."""
+        with self._lock:
+            for message in messages:
+                self._held[delivery(message)].abandoned = True
+        for message in messages:
+            try:
+                status = message.defer()
+                log.log(level, "message %s %s: %s", message.id, why, status)
             except psycopg.Error as exc:
-                log.warning("could not defer message %s at shutdown: %s", entry.message.id, exc)
+                log.warning("could not defer message %s (%s): %s", message.id, why, exc)
+            with self._lock:
+                self._held.pop(delivery(message), None)
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
