@@ -115,6 +115,7 @@ class PartitionResult(WriterCommitMessage):  # type: ignore[misc, valid-type, un
     write_id: str
     partition_id: int
     task_attempt: int = 0
+    run_id: str | None = None  # the run whose table holds its rows
     attempt_id: int | None = None  # its rows in the run's table; None: nothing staged
     rows: int = 0
     skipped: bool = False  # the whole write had committed before
@@ -212,17 +213,21 @@ def _committed(conn: psycopg.Connection[Any], queue: str, write_id: str) -> bool
 
 def open_run(opts: Options, kind: str) -> Run:
     """Driver side, when Spark plans a job: installs the bookkeeping, drops abandoned runs,
-    creates this run's staging table."""
+    and creates a batch run's staging table. A sink's table is created by its first task:
+    Spark may build a query's stream writer more than once, and only one is used."""
     run = Run(uuid.uuid4().hex, kind)
     with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
         _bookkeeping.ensure_installed(conn)
         drop_idle_runs(conn, opts.stage_retention_s)
-        _create_run(conn, run, opts.require_queue())
+        if kind == "batch":
+            _create_run(conn, run, opts.require_queue())
     return run
 
 
 def _create_run(conn: psycopg.Connection[Any], run: Run, queue: str) -> None:
     with conn.transaction():
+        # Concurrent first tasks of a sink run: one creates, the others find it.
+        conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))", (run.run_id,))
         conn.execute(
             sql.SQL(_STAGE_DDL.replace("TABLE", "TABLE IF NOT EXISTS", 1)).format(
                 table=sql.Identifier(run.table)
@@ -285,7 +290,7 @@ def stage_partition(
 ) -> PartitionResult:
     """Stages the rows of one task attempt (see the module docstring). Never a message yet."""
     partition_id, attempt = task()
-    result = PartitionResult(write_id, partition_id, attempt)
+    result = PartitionResult(write_id, partition_id, attempt, run.run_id)
     first = next(chunks, None)
     if first is None:
         return result  # an empty partition never touches the database
@@ -298,7 +303,9 @@ def stage_partition(
             # The run was dropped under us: by a re-run of this write that committed first
             # (then there is nothing left to do), or by the clean-up of idle runs.
             conn.rollback()
-            if _committed(conn, queue, write_id):
+            committed = _committed(conn, queue, write_id)
+            conn.rollback()
+            if committed:
                 result.skipped = True
                 return result
             if run.kind != "stream" or result.rows:
@@ -306,7 +313,8 @@ def stage_partition(
                     f"lonnymq write {write_id}: staging table of run {run.run_id} is gone "
                     "(the job was aborted, or idle for longer than stage_retention_s)"
                 ) from None
-            # A sink query idle for longer than stage_retention_s: its run comes back.
+            # The first task of a sink run, or a sink idle for longer than
+            # stage_retention_s: the run's table is (re)created.
             _create_run(conn, run, queue)
             _stage(conn, run, queue, result, rows)
     return result
@@ -415,8 +423,10 @@ def publish(
             done.already = True
         else:
             for a in attempts:
-                if a.attempt_id is not None:
-                    _publish_attempt(conn, run, write_id, a, flags, opts.chunk_rows, done)
+                if a.attempt_id is not None and a.run_id is not None:
+                    _publish_attempt(
+                        conn, Run(a.run_id), write_id, a, flags, opts.chunk_rows, done
+                    )
             conn.execute(
                 "UPDATE lonnymq_spark.write_job SET created = %s, deduplicated = %s, dropped = %s"
                 " WHERE queue = %s AND write_id = %s",
@@ -424,8 +434,9 @@ def publish(
             )
         _forget_attempts(conn, run, queue, write_id)
         conn.execute(
-            "UPDATE lonnymq_spark.write_run SET used_at = pg_catalog.now() WHERE run_id = %s",
-            (run.run_id,),
+            "UPDATE lonnymq_spark.write_run SET used_at = pg_catalog.now()"
+            " WHERE run_id = ANY(%s)",
+            (sorted({run.run_id} | {a.run_id for a in attempts if a.run_id}),),
         )
         _prune_markers(conn)
     return done
@@ -523,19 +534,25 @@ def _prune_markers(conn: psycopg.Connection[Any]) -> None:
         )
 
 
-def discard(opts: Options, run: Run, messages: Iterable[Any]) -> None:
+def discard(opts: Options, messages: Iterable[Any]) -> None:
     """Driver side, a sink batch's abort: drops what its attempts staged."""
-    ids = [m.attempt_id for m in messages if isinstance(m, PartitionResult) and m.attempt_id]
-    if not ids:
+    by_run: dict[str, list[int]] = {}
+    for m in messages:
+        if isinstance(m, PartitionResult) and m.attempt_id and m.run_id:
+            by_run.setdefault(m.run_id, []).append(m.attempt_id)
+    if not by_run:
         return
     with _bookkeeping.connect(opts.dsn) as conn, conn.transaction():
-        conn.execute("DELETE FROM lonnymq_spark.write_attempt WHERE attempt_id = ANY(%s)", (ids,))
-        conn.execute(
-            sql.SQL("DELETE FROM lonnymq_spark.{} WHERE attempt = ANY(%s)").format(
-                sql.Identifier(run.table)
-            ),
-            (ids,),
-        )
+        for run_id, ids in by_run.items():
+            conn.execute(
+                "DELETE FROM lonnymq_spark.write_attempt WHERE attempt_id = ANY(%s)", (ids,)
+            )
+            conn.execute(
+                sql.SQL("DELETE FROM lonnymq_spark.{} WHERE attempt = ANY(%s)").format(
+                    sql.Identifier(Run(run_id).table)
+                ),
+                (ids,),
+            )
 
 
 def write_id_for(idempotency_key: str | None) -> str:

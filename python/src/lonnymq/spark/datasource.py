@@ -208,5 +208,5 @@ class LonnymqStreamWriter(_WriterBase, _StreamArrowWriter or ds.DataSourceStream
             _write.log.info(done.summary())
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        _write.discard(self.opts, self.run, messages)
+        _write.discard(self.opts, messages)
         _write.log.warning("lonnymq sink: micro-batch %s aborted: nothing published", batchId)
