@@ -12,6 +12,11 @@ from typing import Any
 from pyspark.sql import datasource as ds
 from pyspark.sql.types import StructType
 
+try:  # PySpark >= 4.2: trigger(availableNow=True) for Python stream readers
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark: the trigger is refused by Spark
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment, misc]
+
 from . import _read, _stream, _write
 from ._convert import ColumnMapping, resolve_columns
 from ._options import OptionError, Options
@@ -89,7 +94,7 @@ class BatchSlicePartition(ds.InputPartition):
         self.part = part
 
 
-class LonnymqStreamReader(ds.DataSourceStreamReader):
+class LonnymqStreamReader(ds.DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self._core: _stream.StreamCore | None = None
@@ -113,10 +118,15 @@ class LonnymqStreamReader(ds.DataSourceStreamReader):
 
         return ReadMaxRows(self.opts.max_messages_per_batch)
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.core.prepare_available_now()
+
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
-        # PySpark < 4.2 calls latestOffset() without arguments.
+        # PySpark < 4.2 calls latestOffset() without arguments. The limit is Spark's
+        # admission control: ReadMaxRows caps the batch (never above max_messages_per_batch,
+        # one dequeue's bound); ReadAllAvailable and others mean the option's size.
         max_rows = getattr(limit, "max_rows", None)
         return self.core.latest_offset(start, max_rows)
 
