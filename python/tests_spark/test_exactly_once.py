@@ -212,8 +212,7 @@ def test_rerun_after_a_dead_driver_publishes_once_and_removes_the_dead_run(
     assert count_live(db, queue_name) == 500
     # The dead run is dropped once idle for stage_retention_s.
     db.execute(
-        "UPDATE lonnymq_spark.write_run SET used_at = now() - interval '2 days'"
-        " WHERE run_id = %s",
+        "UPDATE lonnymq_spark.write_run SET used_at = now() - interval '2 days' WHERE run_id = %s",
         (dead.run_id,),
     )
     with psycopg.connect(opts.dsn, autocommit=True) as conn:
@@ -222,9 +221,7 @@ def test_rerun_after_a_dead_driver_publishes_once_and_removes_the_dead_run(
     _write.close_run(opts, third)
 
 
-def test_bad_rows_fail_the_task_not_the_commit(
-    opts: Options, db: psycopg.Connection[Any]
-) -> None:
+def test_bad_rows_fail_the_task_not_the_commit(opts: Options, db: psycopg.Connection[Any]) -> None:
     run = _write.open_run(opts, "batch")
     bad = pa.record_batch(
         [pa.array(["t", "x" * 257]), pa.array(["a", "b"])], names=["channel", "content"]

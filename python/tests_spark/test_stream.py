@@ -285,7 +285,9 @@ def test_available_now_drains_what_was_ready_in_limited_batches_then_stops(
         return query
 
     run()
-    sizes = db.execute(f"SELECT count(*) FROM {seen} GROUP BY batch_id ORDER BY batch_id").fetchall()
+    sizes = db.execute(
+        f"SELECT count(*) FROM {seen} GROUP BY batch_id ORDER BY batch_id"
+    ).fetchall()
     # The read limit (ReadMaxRows from max_messages_per_batch) cuts the 230 into 5 batches.
     assert [s[0] for s in sizes] == [50, 50, 50, 50, 30]
     assert sorted(r[0] for r in db.execute(f"SELECT id FROM {seen}").fetchall()) == sorted(ids)

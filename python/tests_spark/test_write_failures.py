@@ -166,7 +166,7 @@ def test_writer_process_killed_mid_partition(
         spark._jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(spark._jsparkSession)
         try:
             _save(_frame(spark, 4000), dsn, queue_name)
-        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as e:
             failure.append(e)
 
     runner = threading.Thread(target=job)
@@ -238,9 +238,10 @@ def _kill_in_commit(dsn: str, db: psycopg.Connection[Any], child: subprocess.Pop
 def _wait_session_gone(db: psycopg.Connection[Any], pid: int) -> None:
     """The killed driver's session ends (rolling back) once the lock it waited for is free."""
     _wait(
-        lambda: db.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
-        .fetchone()
-        == (0,),
+        lambda: (
+            db.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            == (0,)
+        ),
         60,
         "the killed driver's session to end",
     )

@@ -35,7 +35,9 @@ if mode == "batch":
     key, rows = sys.argv[4], int(sys.argv[5])
     (
         spark.range(0, rows, numPartitions=4)
-        .selectExpr("concat('t', CAST(id % 20 AS string)) AS channel", "CAST(id AS string) AS content")
+        .selectExpr(
+            "concat('t', CAST(id % 20 AS string)) AS channel", "CAST(id AS string) AS content"
+        )
         .write.format("lonnymq")
         .option("dsn", dsn)
         .option("queue", queue)

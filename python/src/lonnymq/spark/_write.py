@@ -227,7 +227,9 @@ def open_run(opts: Options, kind: str) -> Run:
 def _create_run(conn: psycopg.Connection[Any], run: Run, queue: str) -> None:
     with conn.transaction():
         # Concurrent first tasks of a sink run: one creates, the others find it.
-        conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))", (run.run_id,))
+        conn.execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))", (run.run_id,)
+        )
         conn.execute(
             sql.SQL(_STAGE_DDL.replace("TABLE", "TABLE IF NOT EXISTS", 1)).format(
                 table=sql.Identifier(run.table)
@@ -424,9 +426,7 @@ def publish(
         else:
             for a in attempts:
                 if a.attempt_id is not None and a.run_id is not None:
-                    _publish_attempt(
-                        conn, Run(a.run_id), write_id, a, flags, opts.chunk_rows, done
-                    )
+                    _publish_attempt(conn, Run(a.run_id), write_id, a, flags, opts.chunk_rows, done)
             conn.execute(
                 "UPDATE lonnymq_spark.write_job SET created = %s, deduplicated = %s, dropped = %s"
                 " WHERE queue = %s AND write_id = %s",
@@ -434,8 +434,7 @@ def publish(
             )
         _forget_attempts(conn, run, queue, write_id)
         conn.execute(
-            "UPDATE lonnymq_spark.write_run SET used_at = pg_catalog.now()"
-            " WHERE run_id = ANY(%s)",
+            "UPDATE lonnymq_spark.write_run SET used_at = pg_catalog.now() WHERE run_id = ANY(%s)",
             (sorted({run.run_id} | {a.run_id for a in attempts if a.run_id}),),
         )
         _prune_markers(conn)
