@@ -290,3 +290,55 @@ def test_stream_offsets_of_two_streams_are_refused(opts: Options) -> None:
         assert core.latest_offset({"stream": "b", "batch": 1}, None) == {"stream": "b", "batch": 1}
     finally:
         core.stop()
+
+
+def test_speculative_attempts_through_the_data_source_writer(
+    dsn: str, queue_name: str, db: psycopg.Connection[Any], as_task: Any
+) -> None:
+    """The same race through the real writer class, pickled as Spark ships it to tasks."""
+    import pickle
+
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from lonnymq.spark.datasource import LonnymqDataSource
+
+    schema = StructType(
+        [StructField("channel", StringType()), StructField("content", StringType())]
+    )
+    driver = LonnymqDataSource({"dsn": dsn, "queue": queue_name}).writer(schema, False)
+    gate = threading.Event()
+    results: dict[tuple[int, int], Any] = {}
+
+    def attempt(partition: int, n: int, rows: int, g: threading.Event | None) -> None:
+        as_task(partition, n)
+        task_writer = pickle.loads(pickle.dumps(driver))
+        results[(partition, n)] = task_writer.write(_batches(rows, g))
+
+    threads = [
+        threading.Thread(target=attempt, args=(0, 0, 400, gate)),  # slow
+        threading.Thread(target=attempt, args=(0, 1, 400, None)),  # its speculative copy
+        threading.Thread(target=attempt, args=(1, 0, 200, None)),
+    ]
+    threads[0].start()  # holds its staging transaction open half way
+    for t in threads[1:]:
+        t.start()
+        t.join(30)
+    gate.set()
+    threads[0].join(30)
+    assert results[(0, 0)].rows == results[(0, 1)].rows == 400
+    assert count_live(db, queue_name) == 0
+    # The speculative copy won the commit coordinator: the driver commits with its message.
+    driver.commit([results[(0, 1)], results[(1, 0)]])
+    assert count_live(db, queue_name) == 600
+    assert db.execute(
+        "SELECT partition_id, task_attempt, rows FROM lonnymq_spark.write_partition"
+        " WHERE queue = %s ORDER BY partition_id",
+        (queue_name,),
+    ).fetchall() == [(0, 1, 400), (1, 0, 200)]
+    # The loser's staged copy is gone with the run.
+    assert db.execute(
+        "SELECT count(*) FROM lonnymq_spark.write_run WHERE queue = %s", (queue_name,)
+    ).fetchone() == (0,)
+    assert db.execute(
+        "SELECT count(*) FROM lonnymq_spark.write_attempt WHERE queue = %s", (queue_name,)
+    ).fetchone() == (0,)
