@@ -302,7 +302,10 @@ def main() -> None:
         rounds.append(result)
         print(
             f"round {r + 1}: "
-            + ", ".join(f"{k} {v:,.0f} rows/s" for k, v in result.items()),
+            + ", ".join(
+                f"{k} {v:.2f}" if k.endswith("_s") else f"{k} {v:,.0f} rows/s"
+                for k, v in result.items()
+            ),
             flush=True,
         )
     spark.stop()
