@@ -104,9 +104,9 @@ def test_task_failing_half_way_is_retried_exactly_once(
     @F.udf("string")
     def body(i: int) -> str | None:
         ctx = TaskContext.get()
-        # On its first attempt, partition 1 has a NULL content at its 701st row: the writer
-        # has created three chunks of 200 in its transaction when message_create_batch
-        # rejects the fourth (22023), and the task fails half way.
+        # On its first attempt, partition 1 has a NULL content at its 701st row: the
+        # staging table refuses it (NOT NULL, as message_create_batch would), the writer's
+        # transaction rolls back and the task fails half way, inside the writer.
         if ctx.partitionId() == 1 and ctx.attemptNumber() == 0 and i == 1700:
             return None
         return f"job {i}"
@@ -129,9 +129,9 @@ def test_task_failing_half_way_is_retried_exactly_once(
         (queue_name,),
     ).fetchall()
     assert attempts == [(0, 0, 1000, 1000), (1, 1, 1000, 1000), (2, 0, 1000, 1000)]
-    # The failed attempt really had created 600 messages before it failed: their ids were
-    # drawn from the sequence, and rolled back with everything else.
-    assert _last_message_id(db) - before - 1 == 3600
+    # Tasks only stage: the failed attempt never created a message, so the id sequence
+    # moved by exactly the 3000 messages the commit created.
+    assert _last_message_id(db) - before - 1 == 3000
 
 
 def _last_message_id(db: psycopg.Connection[Any]) -> int:
@@ -178,8 +178,12 @@ def test_failed_job_resumed_with_its_idempotency_key(
     df = spark.range(0, 300, numPartitions=3).select(body("id").alias("content"))
     with pytest.raises(Exception, match="keeps failing"):
         _write(df, dsn, queue_name, idempotency_key="k1")
-    # Partition 2 failed every attempt; whatever else committed stays, the job did not.
-    assert count_live(db, queue_name) in (0, 100, 200)
+    # Partition 2 failed every attempt: the job aborted and published nothing, although
+    # partitions 0 and 1 had staged theirs; abort dropped the staging.
+    assert count_live(db, queue_name) == 0
+    assert db.execute(
+        "SELECT count(*) FROM lonnymq_spark.write_run WHERE queue = %s", (queue_name,)
+    ).fetchone() == (0,)
     open(healed, "w").close()
     _write(df, dsn, queue_name, idempotency_key="k1")
     assert count_live(db, queue_name) == 300

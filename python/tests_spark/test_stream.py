@@ -256,3 +256,51 @@ def test_sink_replayed_batch_creates_nothing(
         (queue_name,),
     ).fetchall()
     assert [j[0] for j in jobs] == [f"stream:{query.id}:0", f"stream:{query.id}:1"]
+
+
+@pytest.mark.timeout(300)
+def test_available_now_drains_what_was_ready_in_limited_batches_then_stops(
+    spark: Any, dsn: str, queue_name: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    ids = enqueue(db, queue_name, 230, channels=1)
+    seen = _seen_table(db, queue_name)
+    later: list[int] = []
+
+    def record(df: Any, batch_id: int) -> None:
+        _record(dsn, seen, df, batch_id)
+        if batch_id == 0:  # created after the query started: left for its next run
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                later.extend(enqueue(conn, queue_name, 40, channels=1))
+
+    def run() -> Any:
+        query = (
+            _source(spark, dsn, queue_name, max_messages_per_batch=50)
+            .writeStream.foreachBatch(record)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(200), "an availableNow query must stop by itself"
+        assert query.exception() is None
+        return query
+
+    run()
+    sizes = db.execute(
+        f"SELECT count(*) FROM {seen} GROUP BY batch_id ORDER BY batch_id"
+    ).fetchall()
+    # The read limit (ReadMaxRows from max_messages_per_batch) cuts the 230 into 5 batches.
+    assert [s[0] for s in sizes] == [50, 50, 50, 50, 30]
+    assert sorted(r[0] for r in db.execute(f"SELECT id FROM {seen}").fetchall()) == sorted(ids)
+    # Every batch was completed, the last one too (Spark asks once more before stopping);
+    # the 40 created meanwhile wait, unlocked.
+    live = db.execute(
+        "SELECT id, locked_until FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+    ).fetchall()
+    assert sorted(r[0] for r in live) == sorted(later) and {r[1] for r in live} == {None}
+    assert db.execute("SELECT count(*) FROM lonnymq_spark.stream_delivery").fetchone() == (0,)
+
+    # The next run, from the same checkpoint, drains them.
+    run()
+    assert count_live(db, queue_name) == 0
+    rows = db.execute(f"SELECT id FROM {seen}").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(ids + later)  # each once

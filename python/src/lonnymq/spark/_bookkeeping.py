@@ -2,11 +2,15 @@
 
 The extension knows nothing about Spark; what Spark needs on top of it lives here:
 
-- ``write_partition``: one row per (queue, write id, partition) whose messages committed. It
-  is inserted in the *same transaction* as the messages, so a retried or speculative task
-  finds it and creates nothing, and a task that dies half way leaves neither behind.
-- ``write_job``: one row per committed write (batch job, or streaming micro-batch): a
-  replayed job or batch whose row exists creates nothing, however Spark partitions it.
+- ``write_run``: one row per job that stages rows (a batch write, or a run of a streaming
+  sink query), with its UNLOGGED staging table ``lonnymq_spark.stage_<run id>``.
+- ``write_attempt``: one row per task attempt that staged its partition into a run's table
+  (rows staged under its ``attempt_id``). Nothing staged is a message yet.
+- ``write_job``: one row per committed write (batch job, or streaming micro-batch), inserted
+  by the driver's commit in the *same transaction* as the messages it publishes: a replayed
+  job or batch whose row exists publishes nothing, however Spark partitions it.
+- ``write_partition``: the attempts a committed write published, one per partition, with
+  their counts (same transaction).
 - ``stream_batch`` / ``stream_delivery``: the messages a streaming query dequeued into each
   micro-batch (a copy, so a replayed batch reads exactly the same rows), deleted when the
   batch commits and the messages are completed.
@@ -62,7 +66,33 @@ CREATE TABLE IF NOT EXISTS lonnymq_spark.write_partition (
 CREATE INDEX IF NOT EXISTS write_partition_committed_idx
     ON lonnymq_spark.write_partition (committed_at);
 COMMENT ON TABLE lonnymq_spark.write_partition IS
-    'Partitions of Spark writes whose messages committed, in the same transaction as them.';
+    'Task attempts whose staged rows a committed Spark write published (one per partition).';
+
+CREATE TABLE IF NOT EXISTS lonnymq_spark.write_run (
+    run_id text PRIMARY KEY,
+    queue text NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('batch', 'stream')),
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE lonnymq_spark.write_run IS
+    'Spark jobs staging rows, each in its UNLOGGED table lonnymq_spark.stage_<run_id>.';
+
+CREATE TABLE IF NOT EXISTS lonnymq_spark.write_attempt (
+    attempt_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id text NOT NULL,
+    queue text NOT NULL,
+    write_id text NOT NULL,
+    partition_id integer NOT NULL,
+    task_attempt integer NOT NULL,
+    rows bigint NOT NULL DEFAULT 0,
+    staged_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+CREATE INDEX IF NOT EXISTS write_attempt_write_idx
+    ON lonnymq_spark.write_attempt (queue, write_id);
+CREATE INDEX IF NOT EXISTS write_attempt_run_idx ON lonnymq_spark.write_attempt (run_id);
+COMMENT ON TABLE lonnymq_spark.write_attempt IS
+    'Task attempts that staged a partition, not yet published or discarded.';
 
 CREATE TABLE IF NOT EXISTS lonnymq_spark.stream_batch (
     stream_id text NOT NULL,
@@ -119,7 +149,7 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
 def ensure_installed(conn: psycopg.Connection[Any]) -> None:
     """Creates the bookkeeping schema unless it already exists (no privilege needed then)."""
     # The newest table: an older install lacks it, and the DDL below only adds what is missing.
-    row = conn.execute("SELECT pg_catalog.to_regclass('lonnymq_spark.read_snapshot')").fetchone()
+    row = conn.execute("SELECT pg_catalog.to_regclass('lonnymq_spark.write_attempt')").fetchone()
     if row is not None and row[0] is not None:
         return
     with conn.transaction():

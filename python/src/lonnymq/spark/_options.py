@@ -17,6 +17,9 @@ MAX_CHUNK_ROWS = 100_000
 MAX_MESSAGES_PER_BATCH = 100_000
 # A read snapshot kept unread for longer than 30 days is surely forgotten.
 MAX_SNAPSHOT_RETENTION_S = 30 * 86_400
+# Staged rows of a write whose driver died are dropped once idle this long (default a day);
+# less than 10 minutes would race ordinary slow jobs.
+MIN_STAGE_RETENTION_S = 600
 
 
 class OptionError(ValueError):
@@ -57,6 +60,7 @@ class Options:
     chunk_rows: int
     poll_ms: int
     snapshot_retention_s: int
+    stage_retention_s: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -94,6 +98,13 @@ class Options:
             poll_ms=_int(opts, "poll_ms", 200, 0, 60_000),
             snapshot_retention_s=_int(
                 opts, "snapshot_retention_s", 3_600, 0, MAX_SNAPSHOT_RETENTION_S
+            ),
+            stage_retention_s=_int(
+                opts,
+                "stage_retention_s",
+                86_400,
+                MIN_STAGE_RETENTION_S,
+                MAX_SNAPSHOT_RETENTION_S,
             ),
         )
 

@@ -15,6 +15,13 @@ At-least-once, and no message is completed before its micro-batch committed:
   it only when it builds the *next* batch; since it asks ``latestOffset(start)`` only after
   the batch ending at ``start`` is in its commit log, that call completes them too, so an
   idle queue does not keep the last batch locked;
+- ``trigger(availableNow=True)``: ``prepare_available_now`` (driver, when the query starts)
+  records the newest message id and the database time; the query then plans micro-batches
+  of at most the read limit, and never more than the number of messages that were ready
+  then (id and dequeue time not later, unlocked) and still are, and stops when none is left
+  (or a dequeue finds nothing). Messages created, scheduled or retried later wait for the
+  next run (with several channels, fairness may serve a newer message of one channel
+  before an older one of another: the count, not the set, is what is bounded);
 - a heartbeat thread extends the locks of every uncommitted delivery every ``heartbeat_ms``
   (a third of ``lock_ms``), so a slow batch keeps its messages. After a crash the restarted
   query heartbeats them again at once; a message whose lock expired meanwhile is redelivered
@@ -120,6 +127,8 @@ class StreamCore:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._idle_until = 0.0
+        # availableNow: (newest id, database time) when the query started; None otherwise.
+        self._target: tuple[int, Any] | None = None
 
     # -- driver connection and heartbeats ---------------------------------------------------
 
@@ -188,6 +197,33 @@ class StreamCore:
     def initial_offset(self) -> dict[str, Any]:
         return {"batch": 0}
 
+    def prepare_available_now(self) -> None:
+        """Records what is ready now: the query drains it, and only it (module docstring)."""
+        with self._lock:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT coalesce(pg_catalog.max(m.id), 0), pg_catalog.clock_timestamp()"
+                    " FROM lonnymq.messages m WHERE m.queue = %s",
+                    (self.queue,),
+                )
+                .fetchone()
+            )
+        assert row is not None
+        self._target = (int(row[0]), row[1])
+
+    def _target_left(self, conn: psycopg.Connection[Any]) -> int | None:
+        """availableNow: how many messages that were ready when the query started are still
+        ready (None: no availableNow)."""
+        if self._target is None:
+            return None
+        row = conn.execute(
+            "SELECT pg_catalog.count(*) FROM lonnymq.messages m WHERE m.queue = %s"
+            " AND m.id <= %s AND m.locked_until IS NULL AND m.dequeue_at <= %s",
+            (self.queue, *self._target),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def latest_offset(self, start: dict[str, Any] | None, max_rows: int | None) -> dict[str, Any]:
         stream, batch = self._attach(start)
         n = (
@@ -214,6 +250,14 @@ class StreamCore:
                 return self._last
             if time.monotonic() < self._idle_until:
                 return start or _offset(stream, batch)
+            left = self._target_left(conn)
+            if left is not None:
+                # Never more than what is left of the start's ready messages: fairness
+                # across channels may serve a newer message before an older one, but
+                # the run as a whole takes no more than was ready when it started.
+                if left == 0:
+                    return start or _offset(stream, batch)
+                n = min(n, left)
             planned = self._plan(conn, stream, batch + 1, n)
         if planned == 0:
             # Nothing new: answer the start itself, so Spark sees no new data.

@@ -12,6 +12,11 @@ from typing import Any
 from pyspark.sql import datasource as ds
 from pyspark.sql.types import StructType
 
+try:  # PySpark >= 4.2: trigger(availableNow=True) for Python stream readers
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark: the trigger is refused by Spark
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment, misc]
+
 from . import _read, _stream, _write
 from ._convert import ColumnMapping, resolve_columns
 from ._options import OptionError, Options
@@ -53,9 +58,7 @@ class LonnymqDataSource(ds.DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> LonnymqStreamWriter:
         opts = self._opts()
         opts.require_queue()
-        mapping = resolve_columns(schema, opts)
-        _write.job_committed(opts, "")  # installs the bookkeeping before any task runs
-        return LonnymqStreamWriter(opts, mapping)
+        return LonnymqStreamWriter(opts, resolve_columns(schema, opts))
 
 
 # --- batch read ----------------------------------------------------------------------------
@@ -91,7 +94,7 @@ class BatchSlicePartition(ds.InputPartition):
         self.part = part
 
 
-class LonnymqStreamReader(ds.DataSourceStreamReader):
+class LonnymqStreamReader(ds.DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self._core: _stream.StreamCore | None = None
@@ -115,10 +118,15 @@ class LonnymqStreamReader(ds.DataSourceStreamReader):
 
         return ReadMaxRows(self.opts.max_messages_per_batch)
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.core.prepare_available_now()
+
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
-        # PySpark < 4.2 calls latestOffset() without arguments.
+        # PySpark < 4.2 calls latestOffset() without arguments. The limit is Spark's
+        # admission control: ReadMaxRows caps the batch (never above max_messages_per_batch,
+        # one dequeue's bound); ReadAllAvailable and others mean the option's size.
         max_rows = getattr(limit, "max_rows", None)
         return self.core.latest_offset(start, max_rows)
 
@@ -154,49 +162,61 @@ class _WriterBase:
 
 
 class LonnymqWriter(_WriterBase, _ArrowWriter or ds.DataSourceWriter):  # type: ignore[misc]
-    """Batch write: one write id for the whole job, chosen once on the driver."""
+    """Batch write: one write id and one staging run for the whole job, chosen on the driver.
+    Tasks stage; ``commit`` publishes exactly the attempts Spark hands it (see ``_write``)."""
 
     arrow = _ArrowWriter is not None
 
     def __init__(self, opts: Options, mapping: ColumnMapping) -> None:
         super().__init__(opts, mapping)
-        key = opts.idempotency_key
-        self.write_id = _write.write_id_for(key)
-        # Installs the bookkeeping; for a re-run of a committed keyed write, every task
-        # returns at once.
+        self.write_id = _write.write_id_for(opts.idempotency_key)
+        # A re-run of a committed keyed write: every task returns at once, nothing is staged.
         self.done = _write.job_committed(opts, self.write_id)
+        self.run = None if self.done else _write.open_run(opts, "batch")
 
     def write(self, iterator: Iterator[Any]) -> _write.PartitionResult:
-        if self.done:
+        if self.run is None:
             return _write.PartitionResult(self.write_id, _write.task()[0], skipped=True)
-        return _write.write_partition(
-            self.opts, self.mapping, self.write_id, self._chunks(iterator)
-        )
+        return _write.stage_partition(self.opts, self.run, self.write_id, self._chunks(iterator))
 
     def commit(self, messages: list[Any]) -> None:
-        _write.commit_job(self.opts, self.write_id, len(messages))
-        _write.log.info(_write.summarize(self.write_id, messages))
+        if self.run is None:
+            _write.log.info("lonnymq write %s: already committed", self.write_id)
+            return
+        done = _write.publish(self.opts, self.mapping, self.run, self.write_id, messages)
+        _write.close_run(self.opts, self.run)
+        _write.log.info(done.summary())
 
     def abort(self, messages: list[Any]) -> None:
-        # Committed partitions stay, with their markers: re-running the job with the same
-        # idempotency_key creates only the partitions that are missing.
-        _write.log.warning("aborted; %s", _write.summarize(self.write_id, messages))
+        # Nothing was published: drop what the attempts staged. Re-running the job with the
+        # same idempotency_key writes it in full.
+        if self.run is not None:
+            _write.close_run(self.opts, self.run)
+        _write.log.warning("lonnymq write %s aborted: nothing published", self.write_id)
 
 
 class LonnymqStreamWriter(_WriterBase, _StreamArrowWriter or ds.DataSourceStreamWriter):  # type: ignore[misc]
-    """Streaming sink: a micro-batch's write id is (query id, batch id), see ``_write``."""
+    """Streaming sink: a micro-batch's write id is (query id, batch id); one staging run per
+    start of the query. Each batch is published by its commit, exactly as a batch write."""
 
     arrow = _StreamArrowWriter is not None
 
+    def __init__(self, opts: Options, mapping: ColumnMapping) -> None:
+        super().__init__(opts, mapping)
+        self.run = _write.open_run(opts, "stream")
+
     def write(self, iterator: Iterator[Any]) -> _write.PartitionResult:
-        return _write.write_partition(
-            self.opts, self.mapping, _write.stream_write_id(), self._chunks(iterator)
+        return _write.stage_partition(
+            self.opts, self.run, _write.stream_write_id(), self._chunks(iterator)
         )
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        for write_id in {m.write_id for m in messages if isinstance(m, _write.PartitionResult)}:
-            _write.commit_job(self.opts, write_id, len(messages))
-            _write.log.info(_write.summarize(write_id, messages))
+        results = [m for m in messages if isinstance(m, _write.PartitionResult)]
+        for write_id in sorted({m.write_id for m in results}):
+            mine = [m for m in results if m.write_id == write_id]
+            done = _write.publish(self.opts, self.mapping, self.run, write_id, mine)
+            _write.log.info(done.summary())
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        _write.log.warning("lonnymq sink: micro-batch %s aborted", batchId)
+        _write.discard(self.opts, messages)
+        _write.log.warning("lonnymq sink: micro-batch %s aborted: nothing published", batchId)
