@@ -36,6 +36,24 @@ DROP FUNCTION lonnymq._claim(bigint, bigint);
 -- first argument is the LISTEN channel, not a queue channel.
 ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
 ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
+-- PostgreSQL 18 catalogs NOT NULL as constraints named TABLE_COLUMN_not_null,
+-- and a column rename keeps the old name: give them a fresh install's names
+-- (before 18 there are no such constraints and this does nothing).
+DO $$
+DECLARE
+    col text;
+BEGIN
+    FOREACH col IN ARRAY ARRAY['turn_ms', 'turn_seq'] LOOP
+        IF EXISTS (SELECT FROM pg_catalog.pg_constraint
+                   WHERE conrelid = 'lonnymq.queue'::regclass
+                     AND conname = 'queue_nochannel_' || col || '_not_null') THEN
+            EXECUTE format('ALTER TABLE lonnymq.queue RENAME CONSTRAINT %I TO %I',
+                           'queue_nochannel_' || col || '_not_null',
+                           'queue_channelless_' || col || '_not_null');
+        END IF;
+    END LOOP;
+END
+$$;
 ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
 DROP FUNCTION lonnymq._notify(text, text, text);
 
