@@ -38,8 +38,15 @@ PEERS: dict[str, tuple[str, str]] = {
 }
 
 # Every lonnymq table: truncated between runs so each run starts from the same state.
-LONNYMQ_TABLES = ("message", "channel", "channel_hint", "channel_admission", "batch",
-                  "message_archive", "queue")
+LONNYMQ_TABLES = (
+    "message",
+    "channel",
+    "channel_hint",
+    "channel_admission",
+    "batch",
+    "message_archive",
+    "queue",
+)
 
 
 def log(msg: str) -> None:
@@ -59,14 +66,20 @@ def prepare_database() -> dict[str, Any]:
         conn.execute((BENCH_DIR / "floor.sql").read_text())
         peers = load_peers(conn)
         version = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'").fetchone()[0]
+            "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'"
+        ).fetchone()[0]
         script_md5 = conn.execute(
             "SELECT md5(string_agg(p.prosrc, '' ORDER BY p.oid)) FROM pg_proc p "
-            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'").fetchone()[0]
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'"
+        ).fetchone()[0]
     # With BENCH_NO_INSTALL the measured lonnymq is whatever was installed, not this checkout.
-    return {"extversion": version, "functions_md5": script_md5,
-            "installed_from_checkout": not os.environ.get("BENCH_NO_INSTALL"),
-            "peers": peers, "peers_dir": str(PEERS_DIR.resolve())}
+    return {
+        "extversion": version,
+        "functions_md5": script_md5,
+        "installed_from_checkout": not os.environ.get("BENCH_NO_INSTALL"),
+        "peers": peers,
+        "peers_dir": str(PEERS_DIR.resolve()),
+    }
 
 
 def load_peers(conn: psycopg.Connection[Any]) -> list[str]:
@@ -74,8 +87,10 @@ def load_peers(conn: psycopg.Connection[Any]) -> list[str]:
     present = [peer for peer, (_, file) in PEERS.items() if (PEERS_DIR / file).is_file()]
     if len(present) < len(PEERS):
         missing = ", ".join(file for peer, (_, file) in PEERS.items() if peer not in present)
-        log(f"peers: {missing} not found in {PEERS_DIR.resolve()} (LONNYMQ_PEERS_DIR): "
-            f"skipping {', '.join(p for p in PEERS if p not in present)}")
+        log(
+            f"peers: {missing} not found in {PEERS_DIR.resolve()} (LONNYMQ_PEERS_DIR): "
+            f"skipping {', '.join(p for p in PEERS if p not in present)}"
+        )
     for peer in present:
         schema, file = PEERS[peer]
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -104,8 +119,10 @@ def reset_lonnymq_original(conn: psycopg.Connection[Any], channels: list[str]) -
     """Empties the original LonnyMQ and declares `channels` afresh (their counters and heads
     start at zero): unlimited concurrency and size, no release interval, as lonnymq's defaults."""
     conn.execute("TRUNCATE lonny_up.message, lonny_up.channel")
-    conn.execute("SELECT lonny_up.channel_set(c, 2147483647, 2147483647, 0) FROM unnest(%s::text[]) c",
-                 (channels,))
+    conn.execute(
+        "SELECT lonny_up.channel_set(c, 2147483647, 2147483647, 0) FROM unnest(%s::text[]) c",
+        (channels,),
+    )
 
 
 def settle_server(conn: psycopg.Connection[Any], tables: list[str]) -> None:
@@ -129,30 +146,67 @@ def machine() -> dict[str, Any]:
         mem_kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
     except (OSError, AttributeError):
         pass
-    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "sql"],
-                           capture_output=True, text=True).stdout.strip()
+    git = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "sql"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with connect() as conn:
         server = conn.execute("SELECT version()").fetchone()[0]
-        settings = dict(conn.execute(
-            "SELECT name, current_setting(name) FROM pg_settings WHERE name IN "
-            "('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_buffers', 'fsync', "
-            "'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'autovacuum_naptime')"
-        ).fetchall())
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024 / 1024, 1),
-            "kernel": platform.release(), "server": server, "settings": settings,
-            "git_head": git, "sql_dirty": bool(dirty),
-            "load_at_start": os.getloadavg()}
+        settings = dict(
+            conn.execute(
+                "SELECT name, current_setting(name) FROM pg_settings WHERE name IN "
+                "('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_buffers', 'fsync', "
+                "'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'autovacuum_naptime')"
+            ).fetchall()
+        )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "server": server,
+        "settings": settings,
+        "git_head": git,
+        "sql_dirty": bool(dirty),
+        "load_at_start": os.getloadavg(),
+    }
 
 
-def pgbench(script: str, clients: int, seconds: float, defines: dict[str, Any],
-            synchronous_commit: str, rate: float | None = None,
-            progress: int | None = None, settings: str = "") -> subprocess.Popen[str]:
+def pgbench(
+    script: str,
+    clients: int,
+    seconds: float,
+    defines: dict[str, Any],
+    synchronous_commit: str,
+    rate: float | None = None,
+    progress: int | None = None,
+    settings: str = "",
+) -> subprocess.Popen[str]:
     """Starts pgbench on one script of bench/pgbench (prepared statements, no vacuum)."""
-    args = [str(PGBIN / "pgbench"), "-n", "-M", "prepared", "-h", HOST, "-p", str(PORT),
-            "-U", "postgres", "-c", str(clients), "-j", "1", "-T", str(int(seconds)),
-            "-f", str(BENCH_DIR / "pgbench" / script)]
+    args = [
+        str(PGBIN / "pgbench"),
+        "-n",
+        "-M",
+        "prepared",
+        "-h",
+        HOST,
+        "-p",
+        str(PORT),
+        "-U",
+        "postgres",
+        "-c",
+        str(clients),
+        "-j",
+        "1",
+        "-T",
+        str(int(seconds)),
+        "-f",
+        str(BENCH_DIR / "pgbench" / script),
+    ]
     for name, value in defines.items():
         args += ["-D", f"{name}={value}"]
     if rate is not None:
@@ -160,8 +214,12 @@ def pgbench(script: str, clients: int, seconds: float, defines: dict[str, Any],
     if progress is not None:
         args += ["-P", str(progress)]
     args.append(DATABASE)
-    env = dict(os.environ, PGOPTIONS=f"-c synchronous_commit={synchronous_commit} {settings}".strip())
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = dict(
+        os.environ, PGOPTIONS=f"-c synchronous_commit={synchronous_commit} {settings}".strip()
+    )
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def pgbench_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -176,10 +234,12 @@ def pgbench_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
         {"t": float(m.group(1)), "tps": float(m.group(2))}
         for m in re.finditer(r"progress: ([\d.]+) s, ([\d.]+) tps", text)
     ]
-    return {"transactions": int(processed.group(1)) if processed else 0,
-            "tps": float(tps.group(1)) if tps else 0.0,
-            "latency_ms": float(latency.group(1)) if latency else None,
-            "progress": progress}
+    return {
+        "transactions": int(processed.group(1)) if processed else 0,
+        "tps": float(tps.group(1)) if tps else 0.0,
+        "latency_ms": float(latency.group(1)) if latency else None,
+        "progress": progress,
+    }
 
 
 def median(values: list[float]) -> float:

@@ -30,24 +30,34 @@ def _create(conn: Any, queue: str, channel: str, count: int) -> None:
         n = min(5000, count - start)
         conn.execute(
             "SELECT count(*) FROM lonnymq.message_create_batch(%s, array_fill(%s::text, ARRAY[%s]), "
-            "array_fill(%s::bytea, ARRAY[%s]))", (queue, channel, n, PAYLOAD, n))
+            "array_fill(%s::bytea, ARRAY[%s]))",
+            (queue, channel, n, PAYLOAD, n),
+        )
 
 
-def _consume(queue: str, stop_after: int | None, deadline: float,
-             out: list[tuple[int, float, str, int]], lock: threading.Lock) -> None:
+def _consume(
+    queue: str,
+    stop_after: int | None,
+    deadline: float,
+    out: list[tuple[int, float, str, int]],
+    lock: threading.Lock,
+) -> None:
     with connect(autocommit=False) as conn:
         while time.monotonic() < deadline:
             with lock:
                 if stop_after is not None and len(out) >= stop_after:
                     return
-            row = conn.execute("SELECT id, channel, num_attempts FROM lonnymq.message_dequeue(%s, %s)",
-                               (queue, LOCK_MS)).fetchone()
+            row = conn.execute(
+                "SELECT id, channel, num_attempts FROM lonnymq.message_dequeue(%s, %s)",
+                (queue, LOCK_MS),
+            ).fetchone()
             if row is None:
                 conn.rollback()
                 time.sleep(0.002)
                 continue
-            turn_ms = conn.execute("SELECT locked_until_ms - %s FROM lonnymq.message WHERE id = %s",
-                                   (LOCK_MS, row[0])).fetchone()[0]
+            turn_ms = conn.execute(
+                "SELECT locked_until_ms - %s FROM lonnymq.message WHERE id = %s", (LOCK_MS, row[0])
+            ).fetchone()[0]
             conn.commit()
             received = time.monotonic()
             conn.execute("SELECT lonnymq.message_complete(%s, %s)", (row[0], row[2]))
@@ -56,12 +66,16 @@ def _consume(queue: str, stop_after: int | None, deadline: float,
                 out.append((turn_ms, received, row[1], row[0]))
 
 
-def _run_consumers(queue: str, stop_after: int | None, seconds: float) -> list[tuple[int, float, str, int]]:
+def _run_consumers(
+    queue: str, stop_after: int | None, seconds: float
+) -> list[tuple[int, float, str, int]]:
     out: list[tuple[int, float, str, int]] = []
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
-    threads = [threading.Thread(target=_consume, args=(queue, stop_after, deadline, out, lock))
-               for _ in range(CONSUMERS)]
+    threads = [
+        threading.Thread(target=_consume, args=(queue, stop_after, deadline, out, lock))
+        for _ in range(CONSUMERS)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -87,22 +101,32 @@ def fairness(big: int, small_channels: int, small: int, window: int) -> dict[str
     first = deliveries[:window]
     counts = Counter(d[2] for d in first)
     share = counts["big"] / len(first)
-    per_channel = [counts.get("big", 0)] + [counts.get(f"small{i:02d}", 0) for i in range(small_channels)]
+    per_channel = [counts.get("big", 0)] + [
+        counts.get(f"small{i:02d}", 0) for i in range(small_channels)
+    ]
     # Where the big channel's turns fell: its cumulative count after each delivery.
     cumulative, running = [], 0
     for d in first:
         running += d[2] == "big"
         cumulative.append(running)
     result = {
-        "big_backlog": big, "small_channels": small_channels, "small_backlog": small,
-        "window": len(first), "big_share": share, "jain_index": jain(per_channel),
-        "big_count": counts["big"], "small_min": min(per_channel[1:]), "small_max": max(per_channel[1:]),
+        "big_backlog": big,
+        "small_channels": small_channels,
+        "small_backlog": small,
+        "window": len(first),
+        "big_share": share,
+        "jain_index": jain(per_channel),
+        "big_count": counts["big"],
+        "small_min": min(per_channel[1:]),
+        "small_max": max(per_channel[1:]),
         "deliveries_per_s": len(deliveries) / elapsed,
-        "big_cumulative": cumulative[::max(1, len(cumulative) // 500)],
+        "big_cumulative": cumulative[:: max(1, len(cumulative) // 500)],
         "big_first_100_positions": [i for i, d in enumerate(first) if d[2] == "big"][:100],
     }
-    log(f"  w6 fairness: big share {share:.2%} (goal 1% +- 0.2%), Jain {result['jain_index']:.4f} "
-        f"over {len(first)} deliveries, small min/max {result['small_min']}/{result['small_max']}")
+    log(
+        f"  w6 fairness: big share {share:.2%} (goal 1% +- 0.2%), Jain {result['jain_index']:.4f} "
+        f"over {len(first)} deliveries, small min/max {result['small_min']}/{result['small_max']}"
+    )
     return result
 
 
@@ -111,7 +135,10 @@ def rate_limits(interval_ms: int, seconds: float) -> dict[str, Any]:
     with connect() as conn:
         reset_lonnymq(conn)
         for ch in limited:
-            conn.execute("SELECT lonnymq.channel_set('rate', %s, release_interval_ms => %s)", (ch, interval_ms))
+            conn.execute(
+                "SELECT lonnymq.channel_set('rate', %s, release_interval_ms => %s)",
+                (ch, interval_ms),
+            )
             _create(conn, "rate", ch, 200)
         for i in range(4):
             _create(conn, "rate", f"free{i}", 5000)
@@ -123,18 +150,24 @@ def rate_limits(interval_ms: int, seconds: float) -> dict[str, Any]:
     min_gap = min((min(g) for g in gaps.values() if g), default=None)
     violations = sum(1 for g in gaps.values() for x in g if x < interval_ms)
     result = {
-        "interval_ms": interval_ms, "seconds": seconds,
+        "interval_ms": interval_ms,
+        "seconds": seconds,
         "limited_deliveries": {ch: len(turns[ch]) for ch in limited},
         "max_allowed_per_channel": int(seconds * 1000 / interval_ms) + 1,
         "unlimited_deliveries": {f"free{i}": len(turns[f"free{i}"]) for i in range(4)},
-        "min_gap_ms": min_gap, "violations": violations,
+        "min_gap_ms": min_gap,
+        "violations": violations,
     }
-    log(f"  w6 rate limits: interval {interval_ms} ms, min observed gap {min_gap} ms, "
+    log(
+        f"  w6 rate limits: interval {interval_ms} ms, min observed gap {min_gap} ms, "
         f"{violations} violations, per limited channel {list(result['limited_deliveries'].values())} "
-        f"(at most {result['max_allowed_per_channel']})")
+        f"(at most {result['max_allowed_per_channel']})"
+    )
     return result
 
 
 def run(scale: float) -> dict[str, Any]:
-    return {"fairness": fairness(int(100_000 * scale), 99, 100, 9900),
-            "rate_limits": rate_limits(100, 5.0 if scale >= 1 else 2.0)}
+    return {
+        "fairness": fairness(int(100_000 * scale), 99, 100, 9900),
+        "rate_limits": rate_limits(100, 5.0 if scale >= 1 else 2.0),
+    }

@@ -26,12 +26,20 @@ def _sample(conn: Any, system: str) -> dict[str, Any]:
     for table in TABLES[system]:
         stats = conn.execute(
             "SELECT n_tup_del, n_dead_tup, n_live_tup, pg_relation_size(relid), pg_indexes_size(relid) "
-            "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s", (system, table)).fetchone()
-        row[table] = {"deleted": stats[0], "dead": stats[1], "live": stats[2],
-                      "heap_bytes": stats[3], "index_bytes": stats[4]}
+            "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+            (system, table),
+        ).fetchone()
+        row[table] = {
+            "deleted": stats[0],
+            "dead": stats[1],
+            "live": stats[2],
+            "heap_bytes": stats[3],
+            "index_bytes": stats[4],
+        }
     row["backlog"] = conn.execute(f"SELECT count(*) FROM {system}.message").fetchone()[0]
     row["xmin_age"] = conn.execute(
-        "SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL").fetchone()[0]
+        "SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL"
+    ).fetchone()[0]
     return row
 
 
@@ -52,21 +60,41 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     to show how much of the fall under a held snapshot any PostgreSQL queue table shares."""
     seconds = minutes * 60
     log(f"w7 {system}: measuring workload-1 capacity (3 x 10 s)")
-    capacity = median([run_once(system, "w1_lifecycle", synchronous_commit, 10)["messages_per_s"]
-                       for _ in range(3)])
+    capacity = median(
+        [
+            run_once(system, "w1_lifecycle", synchronous_commit, 10)["messages_per_s"]
+            for _ in range(3)
+        ]
+    )
     rate = capacity / 2
-    log(f"w7 {system}: capacity {capacity:.0f} msg/s; running {minutes:g} min at {rate:.0f} msg/s, "
-        f"snapshot held from {seconds / 4:.0f}s to {3 * seconds / 4:.0f}s")
+    log(
+        f"w7 {system}: capacity {capacity:.0f} msg/s; running {minutes:g} min at {rate:.0f} msg/s, "
+        f"snapshot held from {seconds / 4:.0f}s to {3 * seconds / 4:.0f}s"
+    )
     defines = {"nchannels": 100, "payload": PAYLOAD, "batch": 1}
     with connect() as conn:
         seed(conn, system, 100)
         settle_server(conn, [f"{system}.{t}" for t in TABLES[system]])
         stop = threading.Event()
         holder = threading.Thread(target=_hold, args=(seconds / 4, seconds / 2, stop))
-        producers = pgbench(f"{system}_create.sql", PRODUCERS, seconds, defines, synchronous_commit,
-                            rate=rate, progress=10)
-        consumers = pgbench(f"{system}_consume.sql", CONSUMERS, seconds, defines, synchronous_commit,
-                            rate=rate, progress=10)
+        producers = pgbench(
+            f"{system}_create.sql",
+            PRODUCERS,
+            seconds,
+            defines,
+            synchronous_commit,
+            rate=rate,
+            progress=10,
+        )
+        consumers = pgbench(
+            f"{system}_consume.sql",
+            CONSUMERS,
+            seconds,
+            defines,
+            synchronous_commit,
+            rate=rate,
+            progress=10,
+        )
         holder.start()
         t0 = time.monotonic()
         samples = []
@@ -80,12 +108,19 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     series = []
     for a, b in zip(samples, samples[1:]):
         dt = b["t"] - a["t"]
-        series.append({
-            "t": round(b["t"] - t0, 1),
-            "completed_per_s": (b["message"]["deleted"] - a["message"]["deleted"]) / dt,
-            "backlog": b["backlog"], "xmin_age": b["xmin_age"],
-            **{f"{tab}_{k}": b[tab][k] for tab in TABLES[system] for k in ("dead", "heap_bytes", "index_bytes")},
-        })
+        series.append(
+            {
+                "t": round(b["t"] - t0, 1),
+                "completed_per_s": (b["message"]["deleted"] - a["message"]["deleted"]) / dt,
+                "backlog": b["backlog"],
+                "xmin_age": b["xmin_age"],
+                **{
+                    f"{tab}_{k}": b[tab][k]
+                    for tab in TABLES[system]
+                    for k in ("dead", "heap_bytes", "index_bytes")
+                },
+            }
+        )
 
     def phase(lo: float, hi: float) -> float:
         return median([s["completed_per_s"] for s in series if lo < s["t"] <= hi])
@@ -95,12 +130,21 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     after = phase(3 * seconds / 4 + 10, seconds)
     result = {
         "system": system,
-        "minutes": minutes, "synchronous_commit": synchronous_commit, "capacity_msg_s": capacity,
-        "target_msg_s": rate, "clean_msg_s": clean, "held_msg_s": held, "after_msg_s": after,
-        "held_ratio": held / clean if clean else None, "after_ratio": after / clean if clean else None,
-        "producer_progress": produced["progress"], "consumer_progress": consumed["progress"],
+        "minutes": minutes,
+        "synchronous_commit": synchronous_commit,
+        "capacity_msg_s": capacity,
+        "target_msg_s": rate,
+        "clean_msg_s": clean,
+        "held_msg_s": held,
+        "after_msg_s": after,
+        "held_ratio": held / clean if clean else None,
+        "after_ratio": after / clean if clean else None,
+        "producer_progress": produced["progress"],
+        "consumer_progress": consumed["progress"],
         "series": series,
     }
-    log(f"w7 {system}: clean {clean:.0f} msg/s, held {held:.0f} ({result['held_ratio']:.2f}x), "
-        f"after {after:.0f} ({result['after_ratio']:.2f}x)")
+    log(
+        f"w7 {system}: clean {clean:.0f} msg/s, held {held:.0f} ({result['held_ratio']:.2f}x), "
+        f"after {after:.0f} ({result['after_ratio']:.2f}x)"
+    )
     return result

@@ -42,9 +42,12 @@ def _ready_base(conn: Any, queue: str) -> None:
         "SELECT count(*) FROM lonnymq.message_create_batch(%s, "
         "(SELECT array_agg('b' || lpad((1 + i %% %s)::text, 3, '0') ORDER BY i) FROM generate_series(0, %s - 1) i), "
         "array_fill(%s::bytea, ARRAY[%s]))",
-        (queue, BASE_CHANNELS, n, PAYLOAD, n))
+        (queue, BASE_CHANNELS, n, PAYLOAD, n),
+    )
     time.sleep(0.01)  # the hints are due strictly after creation
-    conn.execute("SELECT lonnymq._absorb_hints(%s, lonnymq._now_ms(), 1000000)", (_queue_id(conn, queue),))
+    conn.execute(
+        "SELECT lonnymq._absorb_hints(%s, lonnymq._now_ms(), 1000000)", (_queue_id(conn, queue),)
+    )
 
 
 def _base(conn: Any) -> None:
@@ -54,12 +57,14 @@ def _base(conn: Any) -> None:
     _ready_base(conn, QUEUE)
 
 
-def _insert_channels(conn: Any, prefix: str, count: int, extra_cols: str = "",
-                     extra_vals: str = "") -> None:
+def _insert_channels(
+    conn: Any, prefix: str, count: int, extra_cols: str = "", extra_vals: str = ""
+) -> None:
     conn.execute(
         f"INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms{extra_cols}) "
         f"SELECT %s, %s || lpad(i::text, 6, '0'), %s{extra_vals} FROM generate_series(1, %s) i",
-        (_queue_id(conn), prefix, _now_ms(conn) - 3_600_000, count))
+        (_queue_id(conn), prefix, _now_ms(conn) - 3_600_000, count),
+    )
 
 
 def shape_ready(conn: Any, total: int) -> None:
@@ -70,8 +75,15 @@ def shape_ready(conn: Any, total: int) -> None:
         "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms) "
         "SELECT %s, c.id, %s::bytea, %s + i FROM generate_series(1, %s) i "
         "JOIN lonnymq.channel c ON c.queue_id = %s AND c.name = 'b' || lpad((1 + i %% %s)::text, 3, '0')",
-        (_queue_id(conn), PAYLOAD, now, total - BASE_CHANNELS * BASE_PER_CHANNEL, _queue_id(conn),
-         BASE_CHANNELS))
+        (
+            _queue_id(conn),
+            PAYLOAD,
+            now,
+            total - BASE_CHANNELS * BASE_PER_CHANNEL,
+            _queue_id(conn),
+            BASE_CHANNELS,
+        ),
+    )
 
 
 def shape_future(conn: Any, total: int) -> None:
@@ -88,27 +100,37 @@ def shape_future(conn: Any, total: int) -> None:
         "      RETURNING channel_id, dequeue_ms) "
         "INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms) "
         "SELECT %s, channel_id, dequeue_ms FROM m",
-        (qid, qid, PAYLOAD, now, total, total, qid))
+        (qid, qid, PAYLOAD, now, total, total, qid),
+    )
 
 
 def shape_saturated(conn: Any, channels: int) -> None:
     """base + channels at max_concurrency 1, each with one message in flight and one waiting."""
     _base(conn)
     qid, now = _queue_id(conn), _now_ms(conn)
-    _insert_channels(conn, "s", channels, ", explicit, max_concurrency, locked_count, turn_seq",
-                     ", true, 1, 1, 1")
+    _insert_channels(
+        conn,
+        "s",
+        channels,
+        ", explicit, max_concurrency, locked_count, turn_seq",
+        ", true, 1, 1, 1",
+    )
     conn.execute(
         "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
         "SELECT %s, c.id, %s::bytea, %s - 2000, 1, %s + 3600000 FROM lonnymq.channel c "
         "WHERE c.queue_id = %s AND c.name LIKE 's%%'",
-        (qid, PAYLOAD, now, now, qid))
+        (qid, PAYLOAD, now, now, qid),
+    )
     conn.execute(
         "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms) "
         "SELECT %s, c.id, %s::bytea, %s - 1000 FROM lonnymq.channel c "
         "WHERE c.queue_id = %s AND c.name LIKE 's%%'",
-        (qid, PAYLOAD, now, qid))
-    conn.execute("UPDATE lonnymq.channel SET head_ms = %s - 1000 WHERE queue_id = %s AND name LIKE 's%%'",
-                 (now, qid))
+        (qid, PAYLOAD, now, qid),
+    )
+    conn.execute(
+        "UPDATE lonnymq.channel SET head_ms = %s - 1000 WHERE queue_id = %s AND name LIKE 's%%'",
+        (now, qid),
+    )
 
 
 def shape_expired(conn: Any, total: int) -> None:
@@ -122,10 +144,14 @@ def shape_expired(conn: Any, total: int) -> None:
         "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
         "SELECT %s, c.id, %s::bytea, %s - 600000, 1, %s - 300000 + (i * 240000::bigint / %s) "
         "FROM generate_series(0, %s - 1) i JOIN c ON c.k = i %% 1000",
-        (qid, qid, PAYLOAD, now, now, total, total))
+        (qid, qid, PAYLOAD, now, now, total, total),
+    )
     # channel_set recounts whatever in-flight accounting this version keeps.
-    conn.execute("SELECT count(lonnymq.channel_set(%s, c.name)) FROM lonnymq.channel c "
-                 "WHERE c.queue_id = %s AND c.name LIKE 'e%%'", (QUEUE, qid))
+    conn.execute(
+        "SELECT count(lonnymq.channel_set(%s, c.name)) FROM lonnymq.channel c "
+        "WHERE c.queue_id = %s AND c.name LIKE 'e%%'",
+        (QUEUE, qid),
+    )
 
 
 def shape_empty(conn: Any, channels: int) -> None:
@@ -141,7 +167,8 @@ def shape_channel_less(conn: Any, total: int) -> None:
     conn.execute(
         "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms) "
         "SELECT %s, NULL, %s::bytea, %s - 7200000 + i FROM generate_series(1, %s) i",
-        (qid, PAYLOAD, now, total))
+        (qid, PAYLOAD, now, total),
+    )
 
 
 def shapes(scale: float) -> list[tuple[str, str, Any, int]]:
@@ -150,16 +177,27 @@ def shapes(scale: float) -> list[tuple[str, str, Any, int]]:
         ("base_1k", "1k ready messages (100 channels)", lambda c: _base(c), 1000),
         ("ready_1m", f"{big:,} ready messages (100 channels)", lambda c: shape_ready(c, big), big),
         ("future_1m", f"1k ready + {big:,} future-dated", lambda c: shape_future(c, big), big),
-        ("saturated_10k", f"1k ready + {sat:,} saturated channels", lambda c: shape_saturated(c, sat), sat),
+        (
+            "saturated_10k",
+            f"1k ready + {sat:,} saturated channels",
+            lambda c: shape_saturated(c, sat),
+            sat,
+        ),
         ("expired_100k", f"1k ready + {mid:,} expired locks", lambda c: shape_expired(c, mid), mid),
         ("empty_100k", f"1k ready + {mid:,} empty channels", lambda c: shape_empty(c, mid), mid),
         # Not one of the issue's shapes: channel-less backlog (workload 3's queue when it grows).
-        ("channel_less_1m", f"1k ready + {big:,} channel-less ready", lambda c: shape_channel_less(c, big), big),
+        (
+            "channel_less_1m",
+            f"1k ready + {big:,} channel-less ready",
+            lambda c: shape_channel_less(c, big),
+            big,
+        ),
     ]
 
 
-def _sample(conn: Any, samples: int, warmup: int,
-            budget_s: float = 30.0) -> tuple[list[float], list[float], Any]:
+def _sample(
+    conn: Any, samples: int, warmup: int, budget_s: float = 30.0
+) -> tuple[list[float], list[float], Any]:
     """Alternates dequeues from the shape and from the 1k reference queue, so CPU noise
     from other work on the machine falls on both alike. A shape that is far too slow
     stops after budget_s (with at least 20 samples): its verdict is clear by then."""
@@ -169,9 +207,11 @@ def _sample(conn: Any, samples: int, warmup: int,
     for i in range(warmup + samples):
         if i >= warmup + 20 and time.monotonic() > deadline:
             break
-        for queue in ((QUEUE, BASE_QUEUE) if i % 2 == 0 else (BASE_QUEUE, QUEUE)):
+        for queue in (QUEUE, BASE_QUEUE) if i % 2 == 0 else (BASE_QUEUE, QUEUE):
             t0 = time.perf_counter()
-            rows = conn.execute("SELECT * FROM lonnymq.message_dequeue(%s, %s)", (queue, LOCK_MS)).fetchall()
+            rows = conn.execute(
+                "SELECT * FROM lonnymq.message_dequeue(%s, %s)", (queue, LOCK_MS)
+            ).fetchall()
             elapsed = (time.perf_counter() - t0) * 1000
             conn.rollback()
             if not rows:
@@ -192,8 +232,14 @@ def _explain(conn: Any) -> list[dict[str, Any]]:
     handler = lambda diag: notes.append(diag.message_primary or "")  # noqa: E731
     conn.add_notice_handler(handler)
     try:
-        for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
-                        "log_nested_statements = on", "log_timing = on", "log_level = 'notice'"):
+        for setting in (
+            "log_min_duration = 0",
+            "log_analyze = on",
+            "log_buffers = on",
+            "log_nested_statements = on",
+            "log_timing = on",
+            "log_level = 'notice'",
+        ):
             conn.execute(f"SET LOCAL auto_explain.{setting}")
         conn.execute("SELECT * FROM lonnymq.message_dequeue(%s, %s)", (QUEUE, LOCK_MS)).fetchall()
         conn.rollback()
@@ -202,14 +248,20 @@ def _explain(conn: Any) -> list[dict[str, Any]]:
     plans = []
     for note in notes:
         match = re.match(r"duration: ([\d.]+) ms\s+plan:\n(.*)", note, re.S)
-        if not match or not re.search(r" on (message|channel|channel_hint|queue)\b", match.group(2)):
+        if not match or not re.search(
+            r" on (message|channel|channel_hint|queue)\b", match.group(2)
+        ):
             continue
         body = match.group(2)
         query = re.search(r"Query Text: (.*?)\n(?=\S)", body + "\nX", re.S)
-        plan_text = body[query.end():] if query else body
-        plans.append({"ms": float(match.group(1)),
-                      "query": re.sub(r"\s+", " ", query.group(1) if query else "")[:400],
-                      "plan": plan_text.rstrip()})
+        plan_text = body[query.end() :] if query else body
+        plans.append(
+            {
+                "ms": float(match.group(1)),
+                "query": re.sub(r"\s+", " ", query.group(1) if query else "")[:400],
+                "plan": plan_text.rstrip(),
+            }
+        )
     return plans
 
 
@@ -223,31 +275,46 @@ def run(scale: float, samples: int, warmup: int, mode: str) -> dict[str, Any]:
             conn.execute("VACUUM ANALYZE lonnymq.message")
             conn.execute("VACUUM ANALYZE lonnymq.channel")
             conn.execute("VACUUM ANALYZE lonnymq.channel_hint")
-            problems = [r[0] for r in conn.execute("SELECT * FROM lonnymq.verify() LIMIT 5").fetchall()]
+            problems = [
+                r[0] for r in conn.execute("SELECT * FROM lonnymq.verify() LIMIT 5").fetchall()
+            ]
             built_s = time.perf_counter() - t0
         with connect(autocommit=False) as conn:
             times, base_times, first = _sample(conn, samples, warmup)
             plans = _explain(conn)
         entry = {
-            "label": label, "size": size, "build_s": round(built_s, 1), "verify_problems": problems,
-            "p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99),
-            "mean_ms": sum(times) / len(times), "recovered": bool(first[-1]), "samples": len(times),
+            "label": label,
+            "size": size,
+            "build_s": round(built_s, 1),
+            "verify_problems": problems,
+            "p50_ms": percentile(times, 50),
+            "p99_ms": percentile(times, 99),
+            "mean_ms": sum(times) / len(times),
+            "recovered": bool(first[-1]),
+            "samples": len(times),
             # the 1k reference queue, sampled in the same minute
-            "base_p50_ms": percentile(base_times, 50), "base_p99_ms": percentile(base_times, 99),
-            "statements": len(plans), "plans": plans,
+            "base_p50_ms": percentile(base_times, 50),
+            "base_p99_ms": percentile(base_times, 99),
+            "statements": len(plans),
+            "plans": plans,
         }
         entry["p50_ratio"] = entry["p50_ms"] / entry["base_p50_ms"]
         entry["p99_ratio"] = entry["p99_ms"] / entry["base_p99_ms"]
         results["shapes"][key] = entry
-        log(f"  w5 {key:15s} p50 {entry['p50_ms']:7.3f} ms ({entry['p50_ratio']:5.2f}x)  "
+        log(
+            f"  w5 {key:15s} p50 {entry['p50_ms']:7.3f} ms ({entry['p50_ratio']:5.2f}x)  "
             f"p99 {entry['p99_ms']:7.3f} ms ({entry['p99_ratio']:5.2f}x)  "
             f"[1k ref {entry['base_p50_ms']:.3f}/{entry['base_p99_ms']:.3f}]  "
-            f"({label}; built in {built_s:.0f}s; verify: {len(problems)} problems)")
-        explain_lines.append(f"==== {key}: {label} — p50 {entry['p50_ms']:.3f} ms, p99 {entry['p99_ms']:.3f} ms")
+            f"({label}; built in {built_s:.0f}s; verify: {len(problems)} problems)"
+        )
+        explain_lines.append(
+            f"==== {key}: {label} — p50 {entry['p50_ms']:.3f} ms, p99 {entry['p99_ms']:.3f} ms"
+        )
         for p in plans:
             explain_lines.append(f"-- {p['ms']:.3f} ms: {p['query'][:200]}")
-            explain_lines.extend("   " + line for line in p["plan"].splitlines()
-                                 if not PLAN_NOISE.match(line))
+            explain_lines.extend(
+                "   " + line for line in p["plan"].splitlines() if not PLAN_NOISE.match(line)
+            )
         explain_lines.append("")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{mode}-w5-explain.txt").write_text("\n".join(explain_lines) + "\n")

@@ -9,12 +9,13 @@ import argparse
 import json
 import time
 
+import python_worker
+
 import common
 import fairness
 import held_snapshot
 import latency
 import plots
-import python_worker
 import report
 import throughput
 
@@ -22,13 +23,19 @@ import throughput
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="~2 minute smoke run at reduced scale")
-    parser.add_argument("--only", default="throughput,latency,fairness,worker",
-                        help="comma list of: throughput, latency, fairness, worker, held-snapshot, "
-                             "held-snapshot-floor (the floor under the same test, for comparison)")
-    parser.add_argument("--workloads", default=",".join(throughput.WORKLOADS),
-                        help="throughput workloads to run")
+    parser.add_argument(
+        "--only",
+        default="throughput,latency,fairness,worker",
+        help="comma list of: throughput, latency, fairness, worker, held-snapshot, "
+        "held-snapshot-floor (the floor under the same test, for comparison)",
+    )
+    parser.add_argument(
+        "--workloads", default=",".join(throughput.WORKLOADS), help="throughput workloads to run"
+    )
     parser.add_argument("--rounds", type=int, help="throughput rounds (default 3, quick 2)")
-    parser.add_argument("--seconds", type=float, help="seconds per throughput run (default 10, quick 4)")
+    parser.add_argument(
+        "--seconds", type=float, help="seconds per throughput run (default 10, quick 4)"
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="held-snapshot run length")
     parser.add_argument("--name", help="results file stem (default: full, quick or held-snapshot)")
     args = parser.parse_args()
@@ -41,17 +48,27 @@ def main() -> None:
     scale = 0.1 if args.quick else 1.0
 
     started = time.time()
-    results: dict = {"mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-                     "machine": common.machine(), "install": common.prepare_database()}
-    common.log(f"bench {mode}: {results['machine']['cpu']}, {results['machine']['cores']} cores; "
-               f"lonnymq at {results['machine']['git_head']}"
-               + (" (sql/ has uncommitted changes)" if results["machine"]["sql_dirty"] else "")
-               + ("" if results["install"]["installed_from_checkout"] else
-                  f"; BENCH_NO_INSTALL: measuring the installed lonnymq "
-                  f"{results['install']['extversion']} (functions md5 {results['install']['functions_md5']})"))
+    results: dict = {
+        "mode": mode,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "machine": common.machine(),
+        "install": common.prepare_database(),
+    }
+    common.log(
+        f"bench {mode}: {results['machine']['cpu']}, {results['machine']['cores']} cores; "
+        f"lonnymq at {results['machine']['git_head']}"
+        + (" (sql/ has uncommitted changes)" if results["machine"]["sql_dirty"] else "")
+        + (
+            ""
+            if results["install"]["installed_from_checkout"]
+            else f"; BENCH_NO_INSTALL: measuring the installed lonnymq "
+            f"{results['install']['extversion']} (functions md5 {results['install']['functions_md5']})"
+        )
+    )
     if "throughput" in parts:
-        results["throughput"] = throughput.run(rounds, seconds, args.workloads.split(","),
-                                               results["install"]["peers"])
+        results["throughput"] = throughput.run(
+            rounds, seconds, args.workloads.split(","), results["install"]["peers"]
+        )
     if "latency" in parts:
         common.log("workload 5: dequeue latency by shape")
         results["latency"] = latency.run(scale, 100 if args.quick else 1000, 20, mode)

@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 # Legend label and colour per throughput system, in the order the bars stand in each group.
 SYSTEM_STYLE = {
@@ -35,14 +35,22 @@ def throughput(results: dict[str, Any], path: Path) -> None:
         ax.bar(xs, ys, width, label=label, color=colour)
         for x, y, (_, stats) in zip(xs, ys, ran):
             if "ratio_to_floor" in stats:
-                ax.annotate(f"{stats['ratio_to_floor']:.2f}x", (x, y), ha="center", va="bottom",
-                            fontsize=6, rotation=90)
+                ax.annotate(
+                    f"{stats['ratio_to_floor']:.2f}x",
+                    (x, y),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    rotation=90,
+                )
     ax.set_xticks(range(len(keys)))
     ax.set_xticklabels([k.replace("/sync_", "\nsync ") for k in keys], fontsize=8)
     ax.set_yscale("log")
     ax.set_ylim(top=ax.get_ylim()[1] * 1.6)  # room for the ratios above the tallest bars
     ax.set_ylabel("messages / s (median, log scale)")
-    ax.set_title("Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers (ratio to the floor above bars)")
+    ax.set_title(
+        "Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers (ratio to the floor above bars)"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -55,19 +63,51 @@ def latency(results: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     x = range(len(keys))
     w = 0.2
-    ax.bar([i - 1.5 * w for i in x], [shapes[k]["base_p50_ms"] for k in keys], w, color="#aec7e8", label="1k reference p50")
-    ax.bar([i - 0.5 * w for i in x], [shapes[k]["p50_ms"] for k in keys], w, color="#1f77b4", label="shape p50")
-    ax.bar([i + 0.5 * w for i in x], [shapes[k]["base_p99_ms"] for k in keys], w, color="#ffbb78", label="1k reference p99")
-    ax.bar([i + 1.5 * w for i in x], [shapes[k]["p99_ms"] for k in keys], w, color="#ff7f0e", label="shape p99")
+    ax.bar(
+        [i - 1.5 * w for i in x],
+        [shapes[k]["base_p50_ms"] for k in keys],
+        w,
+        color="#aec7e8",
+        label="1k reference p50",
+    )
+    ax.bar(
+        [i - 0.5 * w for i in x],
+        [shapes[k]["p50_ms"] for k in keys],
+        w,
+        color="#1f77b4",
+        label="shape p50",
+    )
+    ax.bar(
+        [i + 0.5 * w for i in x],
+        [shapes[k]["base_p99_ms"] for k in keys],
+        w,
+        color="#ffbb78",
+        label="1k reference p99",
+    )
+    ax.bar(
+        [i + 1.5 * w for i in x],
+        [shapes[k]["p99_ms"] for k in keys],
+        w,
+        color="#ff7f0e",
+        label="shape p99",
+    )
     for i, k in enumerate(keys):
         worst = max(shapes[k]["p50_ratio"], shapes[k]["p99_ratio"])
-        ax.annotate(f"{worst:.2f}x", (i, max(shapes[k]["p50_ms"], shapes[k]["p99_ms"])), ha="center",
-                    va="bottom", fontsize=8, color="red" if worst > 2 else "black")
+        ax.annotate(
+            f"{worst:.2f}x",
+            (i, max(shapes[k]["p50_ms"], shapes[k]["p99_ms"])),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="red" if worst > 2 else "black",
+        )
     ax.set_xticks(list(x))
     ax.set_xticklabels(keys, fontsize=8, rotation=15)
     ax.set_yscale("log")
     ax.set_ylabel("ms per message_dequeue (log scale)")
-    ax.set_title("Workload 5: single dequeue latency by shape (worst ratio vs the 1k reference; goal <= 2x)")
+    ax.set_title(
+        "Workload 5: single dequeue latency by shape (worst ratio vs the 1k reference; goal <= 2x)"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -81,7 +121,12 @@ def fairness(results: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     xs = [i * step for i in range(len(cumulative))]
     ax.plot(xs, cumulative, label="big channel (100k backlog), measured")
-    ax.plot([0, f["window"]], [0, f["window"] / (f["small_channels"] + 1)], "--", label="exact round-robin")
+    ax.plot(
+        [0, f["window"]],
+        [0, f["window"] / (f["small_channels"] + 1)],
+        "--",
+        label="exact round-robin",
+    )
     ax.set_xlabel("deliveries so far")
     ax.set_ylabel("deliveries from the big channel")
     ax.set_title(f"Workload 6: share {f['big_share']:.2%} (goal 1%), Jain {f['jain_index']:.3f}")
@@ -105,14 +150,19 @@ def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot
         axes[1].plot(t, [p[f"{table}_dead"] for p in s], label=table)
     axes[1].set_ylabel("dead tuples")
     for table in tables:
-        axes[2].plot(t, [(p[f"{table}_heap_bytes"] + p[f"{table}_index_bytes"]) / 2**20 for p in s],
-                     label=f"{table} (heap + indexes)")
+        axes[2].plot(
+            t,
+            [(p[f"{table}_heap_bytes"] + p[f"{table}_index_bytes"]) / 2**20 for p in s],
+            label=f"{table} (heap + indexes)",
+        )
     axes[2].set_ylabel("MiB")
     axes[2].set_xlabel("seconds")
     for ax in axes:
         ax.axvspan(minutes / 4, 3 * minutes / 4, color="orange", alpha=0.15)
         ax.legend(fontsize=8)
-    axes[0].set_title(f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, snapshot held in the shaded interval")
+    axes[0].set_title(
+        f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, snapshot held in the shaded interval"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -140,8 +190,11 @@ def worker(results: dict[str, Any], path: Path) -> None:
     left.set_ylim(bottom=0)
     left.set_title("throughput per round")
     left.legend(fontsize=8)
-    parts = (("consumer_backends_cpu_ms_per_job", "consumers' backends"),
-             ("server_cpu_ms_per_job", "whole server"), ("client_cpu_ms_per_job", "worker processes"))
+    parts = (
+        ("consumer_backends_cpu_ms_per_job", "consumers' backends"),
+        ("server_cpu_ms_per_job", "whole server"),
+        ("client_cpu_ms_per_job", "worker processes"),
+    )
     width = 0.8 / len(systems)
     for j, system in enumerate(systems):
         label, colour = WORKER_STYLE[system]
@@ -153,8 +206,10 @@ def worker(results: dict[str, Any], path: Path) -> None:
     right.set_ylabel("CPU ms per job (median)")
     right.set_title("CPU per job")
     workers = w8["processes"] * w8["slots"]
-    fig.suptitle(f"Workload 8: the Python Worker, {workers} workers ({w8['processes']} processes x "
-                 f"{w8['slots']} slots), backlog held at {w8['backlog']}, no-op handler")
+    fig.suptitle(
+        f"Workload 8: the Python Worker, {workers} workers ({w8['processes']} processes x "
+        f"{w8['slots']} slots), backlog held at {w8['backlog']}, no-op handler"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -162,11 +217,18 @@ def worker(results: dict[str, Any], path: Path) -> None:
 
 def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]:
     made = []
-    for key, fn, name in (("throughput", throughput, "throughput"), ("latency", latency, "latency"),
-                          ("fairness", fairness, "fairness"), ("worker", worker, "worker"),
-                          ("held_snapshot", held_snapshot, "held-snapshot"),
-                          ("held_snapshot_floor",
-                           lambda r, p: held_snapshot(r, p, "held_snapshot_floor"), "held-snapshot")):
+    for key, fn, name in (
+        ("throughput", throughput, "throughput"),
+        ("latency", latency, "latency"),
+        ("fairness", fairness, "fairness"),
+        ("worker", worker, "worker"),
+        ("held_snapshot", held_snapshot, "held-snapshot"),
+        (
+            "held_snapshot_floor",
+            lambda r, p: held_snapshot(r, p, "held_snapshot_floor"),
+            "held-snapshot",
+        ),
+    ):
         if key in results:
             path = directory / f"{mode}-{name}.png"
             fn(results, path)

@@ -60,16 +60,22 @@ class Producer(threading.Thread):
 
     def create(self, n: int) -> None:
         if self.system == "pgmq":
-            self.conn.execute("SELECT count(*) FROM pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))",
-                              (common.PGMQ_QUEUE, common.PGMQ_PAYLOAD, n))
+            self.conn.execute(
+                "SELECT count(*) FROM pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))",
+                (common.PGMQ_QUEUE, common.PGMQ_PAYLOAD, n),
+            )
         else:
-            channels = (None if self.system == "lonnymq_channelless"
-                        else [f"c{(self.created + i) % CHANNELS + 1}" for i in range(n)])
+            channels = (
+                None
+                if self.system == "lonnymq_channelless"
+                else [f"c{(self.created + i) % CHANNELS + 1}" for i in range(n)]
+            )
             self.conn.execute(
                 "SELECT count(*) FROM lonnymq.message_create_batch(queue => %s, "
                 "channels => coalesce(%s::text[], array_fill(NULL::text, ARRAY[%s])), "
                 "contents => array_fill(%s::bytea, ARRAY[%s]))",
-                (QUEUE, channels, n, common.PAYLOAD, n))
+                (QUEUE, channels, n, common.PAYLOAD, n),
+            )
         self.created += n
 
     def top_up(self) -> None:
@@ -112,8 +118,9 @@ def _spent(before: dict[int, int], after: dict[int, int]) -> int:
 def _consumer_backends() -> list[int]:
     """The server processes serving the consumers (their connections carry APPLICATION)."""
     with common.connect() as conn:
-        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (APPLICATION,)).fetchall()
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APPLICATION,)
+        ).fetchall()
     return [int(r[0]) for r in rows]
 
 
@@ -138,13 +145,18 @@ def _baseline_src() -> Path | None:
     target = Path(tempfile.mkdtemp(prefix="bench-worker-baseline-"))
     # File by file: `git archive` would leave python/ out (export-ignore in .gitattributes).
     git = ["git", "-C", str(common.ROOT)]
-    names = subprocess.run([*git, "ls-tree", "-r", "--name-only", rev, "python/src"],
-                           check=True, capture_output=True, text=True).stdout.split()
+    names = subprocess.run(
+        [*git, "ls-tree", "-r", "--name-only", rev, "python/src"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     for name in names:
         path = target / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(subprocess.run([*git, "show", f"{rev}:{name}"], check=True,
-                                        capture_output=True).stdout)
+        path.write_bytes(
+            subprocess.run([*git, "show", f"{rev}:{name}"], check=True, capture_output=True).stdout
+        )
     return target / "python" / "src"
 
 
@@ -154,10 +166,22 @@ def _start_consumers(system: str, baseline: Path | None) -> list[subprocess.Pope
     if system == "lonnymq_baseline" and baseline is not None:
         env["PYTHONPATH"] = str(baseline)
     name = common.PGMQ_QUEUE if kind == "pgmq" else QUEUE
-    procs = [subprocess.Popen([sys.executable, str(common.BENCH_DIR / "worker_consumer.py"), kind,
-                               common.DSN, name, str(SLOTS)],
-                              stdout=subprocess.PIPE, text=True, env=env)
-             for _ in range(PROCESSES)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(common.BENCH_DIR / "worker_consumer.py"),
+                kind,
+                common.DSN,
+                name,
+                str(SLOTS),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(PROCESSES)
+    ]
     for proc in procs:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -177,7 +201,9 @@ def _stop_consumers(procs: list[subprocess.Popen[str]]) -> int:
         out, _ = proc.communicate(timeout=60)
         if proc.returncode != 0:
             raise RuntimeError(f"consumer exited {proc.returncode}: {out[-2000:]}")
-        handled += sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("handled "))
+        handled += sum(
+            int(line.split()[1]) for line in out.splitlines() if line.startswith("handled ")
+        )
     return handled
 
 
@@ -218,14 +244,21 @@ def one_run(system: str, seconds: float, baseline: Path | None) -> dict[str, Any
         raise RuntimeError(f"producer failed: {producer.error!r}")
     jobs = (created1 - created0) - (live1 - live0)
     ms_per_tick = 1000 / CLK_TCK
-    return {"jobs_per_s": jobs / (t1 - t0), "jobs": jobs, "seconds": t1 - t0,
-            # The whole server (producer's creates, autovacuum and WAL writer included)...
-            "server_cpu_ms_per_job": _spent(server0, server1) * ms_per_tick / max(jobs, 1),
-            # ...and the backends of the consumers' own connections alone.
-            "consumer_backends_cpu_ms_per_job": _spent(backends0, backends1) * ms_per_tick / max(jobs, 1),
-            # The consumer processes (Python).
-            "client_cpu_ms_per_job": _spent(client0, client1) * ms_per_tick / max(jobs, 1),
-            "backlog_low": low, "handled_in_all": handled}
+    return {
+        "jobs_per_s": jobs / (t1 - t0),
+        "jobs": jobs,
+        "seconds": t1 - t0,
+        # The whole server (producer's creates, autovacuum and WAL writer included)...
+        "server_cpu_ms_per_job": _spent(server0, server1) * ms_per_tick / max(jobs, 1),
+        # ...and the backends of the consumers' own connections alone.
+        "consumer_backends_cpu_ms_per_job": _spent(backends0, backends1)
+        * ms_per_tick
+        / max(jobs, 1),
+        # The consumer processes (Python).
+        "client_cpu_ms_per_job": _spent(client0, client1) * ms_per_tick / max(jobs, 1),
+        "backlog_low": low,
+        "handled_in_all": handled,
+    }
 
 
 def run(rounds: int, seconds: float, peers: list[str]) -> dict[str, Any]:
@@ -242,25 +275,45 @@ def run(rounds: int, seconds: float, peers: list[str]) -> dict[str, Any]:
         for system in systems if r % 2 == 0 else list(reversed(systems)):
             result = one_run(system, seconds, baseline)
             runs[system].append(result)
-            common.log(f"workload 8 round {r + 1}: {system:20s} {result['jobs_per_s']:8.0f} jobs/s, "
-                       f"server {result['server_cpu_ms_per_job']:.3f} ms/job "
-                       f"(consumers' backends {result['consumer_backends_cpu_ms_per_job']:.3f}), "
-                       f"workers {result['client_cpu_ms_per_job']:.3f} ms/job, "
-                       f"backlog >= {result['backlog_low']}")
+            common.log(
+                f"workload 8 round {r + 1}: {system:20s} {result['jobs_per_s']:8.0f} jobs/s, "
+                f"server {result['server_cpu_ms_per_job']:.3f} ms/job "
+                f"(consumers' backends {result['consumer_backends_cpu_ms_per_job']:.3f}), "
+                f"workers {result['client_cpu_ms_per_job']:.3f} ms/job, "
+                f"backlog >= {result['backlog_low']}"
+            )
     summary: dict[str, Any] = {}
     for system, results in runs.items():
-        summary[system] = {key: common.median([x[key] for x in results])
-                           for key in ("jobs_per_s", "server_cpu_ms_per_job",
-                                       "consumer_backends_cpu_ms_per_job", "client_cpu_ms_per_job")}
+        summary[system] = {
+            key: common.median([x[key] for x in results])
+            for key in (
+                "jobs_per_s",
+                "server_cpu_ms_per_job",
+                "consumer_backends_cpu_ms_per_job",
+                "client_cpu_ms_per_job",
+            )
+        }
         summary[system]["backlog_low"] = min(x["backlog_low"] for x in results)
     if "pgmq" in runs:
         for system in systems:
             if system == "pgmq":
                 continue
-            per_round = [a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(runs[system], runs["pgmq"])]
-            summary[system]["ratio_pgmq"] = summary[system]["jobs_per_s"] / summary["pgmq"]["jobs_per_s"]
+            per_round = [
+                a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(runs[system], runs["pgmq"])
+            ]
+            summary[system]["ratio_pgmq"] = (
+                summary[system]["jobs_per_s"] / summary["pgmq"]["jobs_per_s"]
+            )
             summary[system]["ratio_pgmq_per_round"] = per_round
             summary[system]["ratio_pgmq_median_of_rounds"] = common.median(per_round)
-    return {"processes": PROCESSES, "slots": SLOTS, "backlog": BACKLOG, "channels": CHANNELS,
-            "baseline": os.environ.get("BENCH_WORKER_BASELINE"), "rounds": rounds,
-            "seconds": seconds, "runs": runs, "summary": summary}
+    return {
+        "processes": PROCESSES,
+        "slots": SLOTS,
+        "backlog": BACKLOG,
+        "channels": CHANNELS,
+        "baseline": os.environ.get("BENCH_WORKER_BASELINE"),
+        "rounds": rounds,
+        "seconds": seconds,
+        "runs": runs,
+        "summary": summary,
+    }

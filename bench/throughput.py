@@ -55,21 +55,29 @@ WAITED_WORKLOADS = ("w1_lifecycle",)
 
 def _seed_floor(conn: Any, channels: list[str | None]) -> None:
     reset_floor(conn)
-    conn.execute("INSERT INTO floor.message (channel, content) "
-                 "SELECT c, %s::bytea FROM unnest(%s::text[]) c", (PAYLOAD, channels))
+    conn.execute(
+        "INSERT INTO floor.message (channel, content) "
+        "SELECT c, %s::bytea FROM unnest(%s::text[]) c",
+        (PAYLOAD, channels),
+    )
 
 
 def _seed_lonnymq(conn: Any, channels: list[str | None]) -> None:
     reset_lonnymq(conn)
-    conn.execute("SELECT count(*) FROM lonnymq.message_create_batch('bench', %s::text[], "
-                 "array_fill(%s::bytea, ARRAY[%s]))", (channels, PAYLOAD, len(channels)))
+    conn.execute(
+        "SELECT count(*) FROM lonnymq.message_create_batch('bench', %s::text[], "
+        "array_fill(%s::bytea, ARRAY[%s]))",
+        (channels, PAYLOAD, len(channels)),
+    )
 
 
 def _seed_pgmq(conn: Any, channels: list[str | None]) -> None:
     # PGMQ has no channels: the same number of messages, all in its one queue.
     reset_pgmq(conn)
-    conn.execute("SELECT count(*) FROM pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))",
-                 (PGMQ_QUEUE, PGMQ_PAYLOAD, len(channels)))
+    conn.execute(
+        "SELECT count(*) FROM pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))",
+        (PGMQ_QUEUE, PGMQ_PAYLOAD, len(channels)),
+    )
 
 
 def _seed_lonnymq_original(conn: Any, channels: list[str | None]) -> None:
@@ -77,7 +85,9 @@ def _seed_lonnymq_original(conn: Any, channels: list[str | None]) -> None:
     reset_lonnymq_original(conn, sorted({c for c in channels if c is not None}))
     created = conn.execute(
         "SELECT count(*) FROM unnest(%s::text[]) c, lonny_up.message_create(c, %s::bytea, NULL) r "
-        "WHERE r.result_code = 0", (channels, PAYLOAD)).fetchone()[0]
+        "WHERE r.result_code = 0",
+        (channels, PAYLOAD),
+    ).fetchone()[0]
     if created != len(channels):
         raise RuntimeError(f"original LonnyMQ refused {len(channels) - created} seed messages")
 
@@ -106,10 +116,17 @@ SYSTEMS: tuple[System, ...] = (
     System("floor", "floor", _seed_floor, ("floor.message",)),
     System("pgmq", "pgmq", _seed_pgmq, (f"pgmq.q_{PGMQ_QUEUE}",)),
     # No channel-less messages (workload 3) and no batch calls (workload 4).
-    System("lonnymq_original", "lonnymq_original", _seed_lonnymq_original,
-           ("lonny_up.message", "lonny_up.channel"), workloads=("w1_lifecycle", "w2_hot_channel")),
+    System(
+        "lonnymq_original",
+        "lonnymq_original",
+        _seed_lonnymq_original,
+        ("lonny_up.message", "lonny_up.channel"),
+        workloads=("w1_lifecycle", "w2_hot_channel"),
+    ),
     System("lonnymq", "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED),
-    System(WAITED, "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED, workloads=WAITED_WORKLOADS, waited=True),
+    System(
+        WAITED, "lonnymq", _seed_lonnymq, LONNYMQ_VACUUMED, workloads=WAITED_WORKLOADS, waited=True
+    ),
 )
 BY_NAME = {system.name: system for system in SYSTEMS}
 
@@ -133,17 +150,29 @@ def seed(conn: Any, system: str, channels: int) -> None:
 
 def systems_for(workload: str, peers: list[str]) -> tuple[str, ...]:
     """The systems that run `workload`: peers only when loaded, each only where it can."""
-    return tuple(s.name for s in SYSTEMS
-                 if workload in s.workloads and (s.name not in PEERS or s.name in peers))
+    return tuple(
+        s.name
+        for s in SYSTEMS
+        if workload in s.workloads and (s.name not in PEERS or s.name in peers)
+    )
 
 
-def run_once(system: str, workload: str, synchronous_commit: str, seconds: float,
-             capture_statements: bool = False) -> dict[str, Any]:
+def run_once(
+    system: str,
+    workload: str,
+    synchronous_commit: str,
+    seconds: float,
+    capture_statements: bool = False,
+) -> dict[str, Any]:
     spec = WORKLOADS[workload]
     target = BY_NAME[system]
     create, consume = _scripts(target, spec["batch"])
-    defines = {"nchannels": spec["channels"], "payload": PAYLOAD, "json_payload": PGMQ_PAYLOAD,
-               "batch": spec["batch"]}
+    defines = {
+        "nchannels": spec["channels"],
+        "payload": PAYLOAD,
+        "json_payload": PGMQ_PAYLOAD,
+        "batch": spec["batch"],
+    }
     with connect() as conn:
         seed(conn, system, spec["channels"])
         before = _live(conn, target)
@@ -153,8 +182,12 @@ def run_once(system: str, workload: str, synchronous_commit: str, seconds: float
             if target.waited:
                 waiter.execute("BEGIN")
                 waiter.execute("SELECT lonnymq.wait_begin('bench')")
-            producers = pgbench(create, PRODUCERS, seconds, defines, synchronous_commit, settings=target.settings)
-            consumers = pgbench(consume, CONSUMERS, seconds, defines, synchronous_commit, settings=target.settings)
+            producers = pgbench(
+                create, PRODUCERS, seconds, defines, synchronous_commit, settings=target.settings
+            )
+            consumers = pgbench(
+                consume, CONSUMERS, seconds, defines, synchronous_commit, settings=target.settings
+            )
             produced = pgbench_result(producers)
             consumed = pgbench_result(consumers)
         after = _live(conn, target)
@@ -165,26 +198,36 @@ def run_once(system: str, workload: str, synchronous_commit: str, seconds: float
     # slower side allowed: the seed drained by fast consumers is not throughput.
     lifecycle = min(created, completed)
     result = {
-        "system": system, "workload": workload, "synchronous_commit": synchronous_commit,
-        "seconds": seconds, "created": created, "completed": completed,
-        "messages_per_s": lifecycle / seconds, "created_per_s": created / seconds,
+        "system": system,
+        "workload": workload,
+        "synchronous_commit": synchronous_commit,
+        "seconds": seconds,
+        "created": created,
+        "completed": completed,
+        "messages_per_s": lifecycle / seconds,
+        "created_per_s": created / seconds,
         "completed_per_s": completed / seconds,
-        "backlog_start": before, "backlog_end": after,
+        "backlog_start": before,
+        "backlog_end": after,
         "backlog_growth_per_s": (after - before) / seconds,
         "consumer_transactions": consumed["transactions"],
         # Consumer passes that found nothing although the backlog never ran dry here.
         "empty_dequeue_fraction": (
             max(0.0, 1 - (completed / spec["batch"]) / consumed["transactions"])
-            if consumed["transactions"] else None),
+            if consumed["transactions"]
+            else None
+        ),
         "producer_latency_ms": produced["latency_ms"],
         "consumer_latency_ms": consumed["latency_ms"],
     }
     if statements is not None:
         result["top_statements"] = statements
-    log(f"  {workload:16s} {system:18s} sync={synchronous_commit:3s} "
+    log(
+        f"  {workload:16s} {system:18s} sync={synchronous_commit:3s} "
         f"{result['messages_per_s']:8.0f} msg/s  created {result['created_per_s']:8.0f}/s  "
         f"completed {result['completed_per_s']:8.0f}/s  "
-        f"backlog {before}->{after}")
+        f"backlog {before}->{after}"
+    )
     return result
 
 
@@ -194,9 +237,18 @@ def _top_statements(conn: Any) -> list[dict[str, Any]]:
         "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 4), "
         "       shared_blks_hit + shared_blks_read, left(regexp_replace(query, '\\s+', ' ', 'g'), 300) "
         "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-        "ORDER BY total_exec_time DESC LIMIT 25").fetchall()
-    return [{"calls": r[0], "total_ms": float(r[1]), "mean_ms": float(r[2]), "blocks": r[3],
-             "query": r[4]} for r in rows]
+        "ORDER BY total_exec_time DESC LIMIT 25"
+    ).fetchall()
+    return [
+        {
+            "calls": r[0],
+            "total_ms": float(r[1]),
+            "mean_ms": float(r[2]),
+            "blocks": r[3],
+            "query": r[4],
+        }
+        for r in rows
+    ]
 
 
 def run(rounds: int, seconds: float, workloads: list[str], peers: list[str]) -> dict[str, Any]:
@@ -210,12 +262,20 @@ def run(rounds: int, seconds: float, workloads: list[str], peers: list[str]) -> 
                 systems = systems_for(workload, peers)
                 order = systems if (r % 2 == 0) else tuple(reversed(systems))
                 for system in order:
-                    capture = (r == rounds - 1 and sync == "on")
+                    capture = r == rounds - 1 and sync == "on"
                     result = run_once(system, workload, sync, seconds, capture_statements=capture)
                     result["round"] = r + 1
                     runs.append(result)
-    return {"runs": runs, "summary": summarize(runs), "rounds": rounds, "seconds": seconds,
-            "producers": PRODUCERS, "consumers": CONSUMERS, "seed": SEED, "peers": peers}
+    return {
+        "runs": runs,
+        "summary": summarize(runs),
+        "rounds": rounds,
+        "seconds": seconds,
+        "producers": PRODUCERS,
+        "consumers": CONSUMERS,
+        "seed": SEED,
+        "peers": peers,
+    }
 
 
 def _system_summary(sel: list[dict[str, Any]]) -> dict[str, Any]:

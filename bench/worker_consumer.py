@@ -118,7 +118,8 @@ class PgmqConsumer:
             if batch:
                 with self.pool.connection() as conn:
                     conn.execute(
-                        "SELECT pgmq.delete(%s, %s::bigint[])", (self.name, [s.message for s in batch])
+                        "SELECT pgmq.delete(%s, %s::bigint[])",
+                        (self.name, [s.message for s in batch]),
                     )
                 continue
             if wait is None and closing:

@@ -29,8 +29,9 @@ import time
 from typing import Any
 
 import psycopg
-from lonnymq import Backoff, Message, Queue, Worker
 from psycopg import conninfo, sql
+
+from lonnymq import Backoff, Message, Queue, Worker
 
 QUEUE = "reports"
 # Skewed on purpose: fairness across channels means the small tenants are not stuck
@@ -63,8 +64,9 @@ def prepare(dsn: str) -> None:
 def spark_session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from lonnymq.spark import register
     from pyspark.sql import SparkSession
+
+    from lonnymq.spark import register
 
     spark = (
         SparkSession.builder.master("local[2]")

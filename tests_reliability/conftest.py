@@ -37,7 +37,9 @@ OWN_PORT = int(os.environ.get("LONNYMQ_RELIABILITY_PORT", "54349"))
 # -- small helpers ----------------------------------------------------------------------------
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str, every: float = 0.1) -> None:
+def wait_for(
+    condition: Callable[[], object], timeout: float, what: str, every: float = 0.1
+) -> None:
     """Poll ``condition`` until it is true; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -53,7 +55,9 @@ def dsn_for(base: str, database: str, **extra: Any) -> str:
 def recreate_database(admin_dsn: str, name: str, extension: bool = True) -> str:
     """An empty database (with the extension unless told otherwise); returns its DSN."""
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = dsn_for(admin_dsn, name)
     if extension:
@@ -64,10 +68,14 @@ def recreate_database(admin_dsn: str, name: str, extension: bool = True) -> str:
 
 def drop_database(admin_dsn: str, name: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
-def scalar(dsn_or_conn: str | psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
+def scalar(
+    dsn_or_conn: str | psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()
+) -> Any:
     if isinstance(dsn_or_conn, str):
         with psycopg.connect(dsn_or_conn, autocommit=True) as conn:
             return scalar(conn, query, params)
@@ -94,12 +102,16 @@ def archive_outcomes(dsn: str, queue: str) -> dict[int, list[tuple[str, int]]]:
 
 def archived_count(dsn: str, queue: str) -> int:
     """Rows of the queue in the archive (cheap enough to poll)."""
-    return int(scalar(dsn, "SELECT count(*) FROM lonnymq.message_archive WHERE queue = %s", (queue,)))
+    return int(
+        scalar(dsn, "SELECT count(*) FROM lonnymq.message_archive WHERE queue = %s", (queue,))
+    )
 
 
 def live_ids(dsn: str, queue: str) -> set[int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return {r[0] for r in conn.execute("SELECT id FROM lonnymq.messages WHERE queue = %s", (queue,))}
+        return {
+            r[0] for r in conn.execute("SELECT id FROM lonnymq.messages WHERE queue = %s", (queue,))
+        }
 
 
 @pytest.fixture
@@ -122,11 +134,26 @@ def shared_db(request: pytest.FixtureRequest) -> Iterator[str]:
 class WorkerProcess:
     """One ``python -m tests_reliability.worker_main`` process; stderr goes to a log file."""
 
-    def __init__(self, dsn: str, queue: str, concurrency: int, lock_ms: int, log_dir: Path,
-                 mode: str = "sync") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        queue: str,
+        concurrency: int,
+        lock_ms: int,
+        log_dir: Path,
+        mode: str = "sync",
+    ) -> None:
         self.mode = mode
-        self.args = [sys.executable, "-m", "tests_reliability.worker_main", dsn, queue,
-                     str(concurrency), str(lock_ms), mode]
+        self.args = [
+            sys.executable,
+            "-m",
+            "tests_reliability.worker_main",
+            dsn,
+            queue,
+            str(concurrency),
+            str(lock_ms),
+            mode,
+        ]
         self.log_dir = log_dir
         self.starts = 0
         self.started_at = 0.0
@@ -139,7 +166,11 @@ class WorkerProcess:
         self.started_at = time.monotonic()
         log = open(self.log_dir / f"worker-{id(self)}-{self.starts}.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
-            self.args, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+            self.args,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         log.close()
@@ -182,7 +213,9 @@ class WorkerProcess:
         return dict(json.loads(lines[-1])) if lines else {}
 
     def log_text(self) -> str:
-        return "\n".join(p.read_text() for p in sorted(self.log_dir.glob(f"worker-{id(self)}-*.log")))
+        return "\n".join(
+            p.read_text() for p in sorted(self.log_dir.glob(f"worker-{id(self)}-*.log"))
+        )
 
 
 @pytest.fixture
@@ -190,8 +223,9 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Starts worker processes; whatever is still running at the end is killed."""
     started: list[WorkerProcess] = []
 
-    def start(dsn: str, queue: str, concurrency: int = 4, lock_ms: int = 2000,
-              mode: str = "sync") -> WorkerProcess:
+    def start(
+        dsn: str, queue: str, concurrency: int = 4, lock_ms: int = 2000, mode: str = "sync"
+    ) -> WorkerProcess:
         """A worker process: ``mode`` "sync" runs ``Worker``, "async" runs ``AsyncWorker``."""
         w = WorkerProcess(dsn, queue, concurrency, lock_ms, tmp_path, mode)
         started.append(w)
@@ -255,7 +289,9 @@ class LimitSampler(threading.Thread):
 # -- a private cluster for crash and restart tests ---------------------------------------------
 
 
-def as_postgres(*args: str | Path, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def as_postgres(
+    *args: str | Path, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     cmd = [str(a) for a in args]
     if os.getuid() == 0:
         cmd = ["runuser", "-u", "postgres", "--", *cmd]
@@ -274,8 +310,17 @@ class OwnCluster:
         self.pgdata.mkdir(mode=0o700)
         if os.getuid() == 0:
             shutil.chown(self.pgdata, "postgres", "postgres")
-        as_postgres(PGBIN / "initdb", "-D", self.pgdata, "-U", "postgres", "--auth=trust",
-                    "--encoding=UTF8", "--locale=C", "--no-sync")
+        as_postgres(
+            PGBIN / "initdb",
+            "-D",
+            self.pgdata,
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
         with open(self.pgdata / "postgresql.conf", "a") as conf:
             conf.write(
                 f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = ''\n"
@@ -285,8 +330,17 @@ class OwnCluster:
             )
 
     def start(self) -> None:
-        as_postgres(PGBIN / "pg_ctl", "-D", self.pgdata, "-l", self.pgdata / "server.log",
-                    "-w", "-t", "60", "start")
+        as_postgres(
+            PGBIN / "pg_ctl",
+            "-D",
+            self.pgdata,
+            "-l",
+            self.pgdata / "server.log",
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def crash(self) -> None:
         """Immediate shutdown: no checkpoint, clients cut off; the restart replays WAL."""
@@ -294,7 +348,9 @@ class OwnCluster:
 
     def stop(self) -> None:
         if (self.pgdata / "postmaster.pid").exists():
-            as_postgres(PGBIN / "pg_ctl", "-D", self.pgdata, "-m", "fast", "-w", "stop", check=False)
+            as_postgres(
+                PGBIN / "pg_ctl", "-D", self.pgdata, "-m", "fast", "-w", "stop", check=False
+            )
 
     def destroy(self) -> None:
         self.stop()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+
 from lonnymq import Queue
 
 from .conftest import (
@@ -42,8 +43,9 @@ def test_terminated_backends_lose_and_double_nothing(
     shared_db: str, queue_name: str, workers: Callable[..., WorkerProcess]
 ) -> None:
     app = f"victim_{queue_name}"
-    worker_dsn = dsn_for(shared_db, psycopg.conninfo.conninfo_to_dict(shared_db)["dbname"],
-                         application_name=app)
+    worker_dsn = dsn_for(
+        shared_db, psycopg.conninfo.conninfo_to_dict(shared_db)["dbname"], application_name=app
+    )
     channels = LIMITED + SHARED
     with Queue(shared_db, queue_name, pool_size=2) as queue:
         for c in LIMITED:
@@ -69,12 +71,15 @@ def test_terminated_backends_lose_and_double_nothing(
         # At least CHAOS_S seconds and MIN_TERMINATED terminations (on a loaded machine the
         # second takes longer), at most 3 * CHAOS_S, and only while there is work left.
         start = time.monotonic()
-        while settled() < N_MESSAGES and time.monotonic() < start + 3 * CHAOS_S and (
-            time.monotonic() < start + CHAOS_S or terminated < MIN_TERMINATED
+        while (
+            settled() < N_MESSAGES
+            and time.monotonic() < start + 3 * CHAOS_S
+            and (time.monotonic() < start + CHAOS_S or terminated < MIN_TERMINATED)
         ):
             pid = admin.execute(
                 "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
-                "ORDER BY random() LIMIT 1", (app,)
+                "ORDER BY random() LIMIT 1",
+                (app,),
             ).fetchone()
             if pid is not None and admin.execute("SELECT pg_terminate_backend(%s)", pid).fetchone():
                 terminated += 1
@@ -85,8 +90,9 @@ def test_terminated_backends_lose_and_double_nothing(
         sampler.stop()
 
     assert terminated >= 10, f"only {terminated} backends terminated before the work ran out"
-    assert all(p.alive() for p in procs) and [p.pid for p in procs] == pids, (
-        [p.log_text()[-3000:] for p in procs])
+    assert all(p.alive() for p in procs) and [p.pid for p in procs] == pids, [
+        p.log_text()[-3000:] for p in procs
+    ]
     outcomes = archive_outcomes(shared_db, queue_name)
     assert set(outcomes) == created
     doubles = {m: o for m, o in outcomes.items() if len(o) > 1}

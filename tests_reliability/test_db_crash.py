@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+
 from lonnymq import Queue
 
 from .conftest import (
@@ -48,8 +49,10 @@ class Producer(threading.Thread):
         super().__init__(daemon=True, name="producer")
         self.queue = queue
         self.acked: list[int] = []  # creates that returned: committed
-        self.in_doubt = 0           # single creates that raised: may or may not have committed
-        self.batches_resolved = 0   # batch retries answered duplicate_batch: the lost answer was a commit
+        self.in_doubt = 0  # single creates that raised: may or may not have committed
+        self.batches_resolved = (
+            0  # batch retries answered duplicate_batch: the lost answer was a commit
+        )
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -71,7 +74,9 @@ class Producer(threading.Thread):
                 while True:
                     try:
                         results = self.queue.create_batch(
-                            [json.dumps({"sleep_ms": 1})] * 5, channel=channel, idempotency_key=f"batch-{n}"
+                            [json.dumps({"sleep_ms": 1})] * 5,
+                            channel=channel,
+                            idempotency_key=f"batch-{n}",
                         )
                         break
                     except psycopg.Error:
@@ -92,7 +97,9 @@ class Producer(threading.Thread):
 
 
 def completed_ids(dsn: str, queue: str) -> set[int]:
-    return {m for m, o in archive_outcomes(dsn, queue).items() if any(x == "completed" for x, _ in o)}
+    return {
+        m for m, o in archive_outcomes(dsn, queue).items() if any(x == "completed" for x, _ in o)
+    }
 
 
 def completed_and_live(dsn: str, queue: str) -> tuple[set[int], set[int]]:
@@ -101,10 +108,16 @@ def completed_and_live(dsn: str, queue: str) -> tuple[set[int], set[int]]:
     in neither."""
     with psycopg.connect(dsn) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        completed = {r[0] for r in conn.execute(
-            "SELECT message_id FROM lonnymq.message_archive WHERE queue = %s AND outcome = 'completed'",
-            (queue,))}
-        live = {r[0] for r in conn.execute("SELECT id FROM lonnymq.messages WHERE queue = %s", (queue,))}
+        completed = {
+            r[0]
+            for r in conn.execute(
+                "SELECT message_id FROM lonnymq.message_archive WHERE queue = %s AND outcome = 'completed'",
+                (queue,),
+            )
+        }
+        live = {
+            r[0] for r in conn.execute("SELECT id FROM lonnymq.messages WHERE queue = %s", (queue,))
+        }
         conn.rollback()
     return completed, live
 
@@ -145,23 +158,35 @@ def test_immediate_shutdown_loses_no_committed_work(
             wait_until_up(dsn)
             after, live = completed_and_live(dsn, queue_name)
             # Durable: what was completed stays completed, and never comes back to life.
-            assert before <= after, f"round {round_number}: completions lost: {sorted(before - after)[:10]}"
-            assert not (after & live), f"round {round_number}: resurrected: {sorted(after & live)[:10]}"
+            assert before <= after, (
+                f"round {round_number}: completions lost: {sorted(before - after)[:10]}"
+            )
+            assert not (after & live), (
+                f"round {round_number}: resurrected: {sorted(after & live)[:10]}"
+            )
             # Every create that returned is still there, one way or the other.
             missing = set(acked_before) - after - live
-            assert not missing, f"round {round_number}: committed creates lost: {sorted(missing)[:10]}"
+            assert not missing, (
+                f"round {round_number}: committed creates lost: {sorted(missing)[:10]}"
+            )
 
         # Carry on after the last restart: producers and workers reconnect by themselves.
         acked_at_restart = len(producer.acked)
         done_at_restart = len(completed_ids(dsn, queue_name))
-        wait_for(lambda: len(producer.acked) > acked_at_restart + 50, 40,
-                 "the producer to create again after the restart")
+        wait_for(
+            lambda: len(producer.acked) > acked_at_restart + 50,
+            40,
+            "the producer to create again after the restart",
+        )
         producer.stop()
         acked = set(producer.acked)
         assert len(acked) == len(producer.acked), "an id was acknowledged twice"
         try:
-            wait_for(lambda: acked <= completed_ids(dsn, queue_name), 60,
-                     "the workers to complete every acknowledged create")
+            wait_for(
+                lambda: acked <= completed_ids(dsn, queue_name),
+                60,
+                "the workers to complete every acknowledged create",
+            )
         finally:
             sampler.stop()
         assert all(p.alive() for p in procs), [p.log_text()[-3000:] for p in procs]
@@ -178,6 +203,8 @@ def test_immediate_shutdown_loses_no_committed_work(
         assert sampler.violations == [], sampler.violations[:10]
         exit_codes = [p.terminate() for p in procs]
         assert exit_codes == [0, 0, 0]
-        print(f"\n{len(acked)} acknowledged creates, {producer.in_doubt} in doubt, "
-              f"{producer.batches_resolved} batches resolved by their idempotency key, "
-              f"{len(outcomes)} completed, 2 crashes")
+        print(
+            f"\n{len(acked)} acknowledged creates, {producer.in_doubt} in doubt, "
+            f"{producer.batches_resolved} batches resolved by their idempotency key, "
+            f"{len(outcomes)} completed, 2 crashes"
+        )

@@ -31,8 +31,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from lonnymq import Queue
 from psycopg import sql
+
+from lonnymq import Queue
 
 from .conftest import ADMIN_DSN, PGBIN, drop_database, dsn_for, recreate_database, verify
 from .test_security import drop_roles, ensure_role, fingerprint
@@ -43,9 +44,17 @@ LOCK_MS = 5000
 
 def run_tool(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
-    base = ["-h", str(info.get("host", "127.0.0.1")), "-p", str(info.get("port", 5432)),
-            "-U", str(info.get("user", "postgres"))]
-    return subprocess.run([str(PGBIN / tool), *base, *args], capture_output=True, text=True, timeout=120)
+    base = [
+        "-h",
+        str(info.get("host", "127.0.0.1")),
+        "-p",
+        str(info.get("port", 5432)),
+        "-U",
+        str(info.get("user", "postgres")),
+    ]
+    return subprocess.run(
+        [str(PGBIN / tool), *base, *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def pg_tool(tool: str, *args: str) -> None:
@@ -80,7 +89,9 @@ def build_state(dsn: str) -> dict[str, Any]:
                 assert m.defer(delay_ms=0) == "deferred"
         with q.pool.connection() as conn:
             for _ in range(20):
-                if conn.execute("SELECT 1 FROM lonnymq.message_archive WHERE outcome = 'dead'").fetchone():
+                if conn.execute(
+                    "SELECT 1 FROM lonnymq.message_archive WHERE outcome = 'dead'"
+                ).fetchone():
                     break
                 for m in q.dequeue(lock_ms=60_000, max_messages=20):
                     assert m.defer(delay_ms=0) == "deferred"
@@ -89,7 +100,8 @@ def build_state(dsn: str) -> dict[str, Any]:
             q.create("fresh", channel="implicit")
             facts["max_id"] = conn.execute(
                 "SELECT greatest((SELECT max(id) FROM lonnymq.message), "
-                "(SELECT max(message_id) FROM lonnymq.message_archive))").fetchone()[0]  # type: ignore[index]
+                "(SELECT max(message_id) FROM lonnymq.message_archive))"
+            ).fetchone()[0]  # type: ignore[index]
             outcomes = {r[0] for r in conn.execute("SELECT outcome FROM lonnymq.message_archive")}
         assert outcomes == {"completed", "failed", "dead"}
     return facts
@@ -108,8 +120,10 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
             ensure_role(admin, monitor, login=True)
             admin.execute(sql.SQL("GRANT lonnymq_monitor TO {}").format(sql.Identifier(monitor)))
         with psycopg.connect(src, autocommit=True) as conn:
-            conn.execute("GRANT USAGE ON SCHEMA lonnymq TO lonnymq_monitor; "
-                         "GRANT SELECT ON lonnymq.channel_stats, lonnymq.message_archive TO lonnymq_monitor")
+            conn.execute(
+                "GRANT USAGE ON SCHEMA lonnymq TO lonnymq_monitor; "
+                "GRANT SELECT ON lonnymq.channel_stats, lonnymq.message_archive TO lonnymq_monitor"
+            )
         facts = build_state(src)
         assert verify(src) == []
         before = fingerprint(src)
@@ -128,21 +142,34 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
         pg_tool("pg_dump", "-Fp", "-d", source, "-f", str(plain))
         with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(target + "_plain")))
-        pg_tool("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target + "_plain", "-f", str(plain))
+        pg_tool(
+            "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target + "_plain", "-f", str(plain)
+        )
         assert fingerprint(dsn_for(src, target + "_plain")) == before
         assert verify(dst) == []
         # Grants on extension objects survived.
         with psycopg.connect(dsn_for(src, target, user=monitor), autocommit=True) as mon:
-            assert mon.execute("SELECT count(*) FROM lonnymq.channel_stats WHERE queue = 'dumped'").fetchone()[0] > 0  # type: ignore[index]
+            assert (
+                mon.execute(
+                    "SELECT count(*) FROM lonnymq.channel_stats WHERE queue = 'dumped'"
+                ).fetchone()[0]
+                > 0
+            )  # type: ignore[index]
 
         with Queue(dst, "dumped", pool_size=2) as q:
             fresh = q.create("after restore", channel="implicit")
             assert fresh.status == "created" and fresh.id is not None and fresh.id > facts["max_id"]
             assert q.create("dup", dedup_key="order-42").status == "deduplicated"
-            assert {r.status for r in q.create_batch(["b1", "b2"], channel="implicit",
-                                                     idempotency_key="batch-1")} == {"duplicate_batch"}
+            assert {
+                r.status
+                for r in q.create_batch(["b1", "b2"], channel="implicit", idempotency_key="batch-1")
+            } == {"duplicate_batch"}
             # capped: max_size 3 with "s2" live and "s1" completed: two more fit, not three.
-            assert [q.create(f"c{n}", channel="capped").status for n in range(3)] == ["created", "created", "dropped"]
+            assert [q.create(f"c{n}", channel="capped").status for n in range(3)] == [
+                "created",
+                "created",
+                "dropped",
+            ]
             # Drain: limits hold on the restored counters, the in-flight pair is redelivered.
             time.sleep(max(0.0, facts["locked_at"] + LOCK_MS / 1000 + 0.2 - time.monotonic()))
             seen_recovered: dict[int, int] = {}
@@ -193,14 +220,20 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
         ensure_role(admin, owner, login=True)
         for db in (source, *targets):
-            admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(db), sql.Identifier(owner)))
+            admin.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(db), sql.Identifier(owner)
+                )
+            )
     try:
         # The owner installs the extension itself (superuser = false) and uses it.
         src = dsn_for(ADMIN_DSN, source, user=owner)
         with psycopg.connect(src, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION lonnymq")
             # The README's guard against DROP EXTENSION travels with the dump.
-            conn.execute("CREATE VIEW public.lonnymq_drop_guard AS SELECT m.id FROM lonnymq.message m WHERE false")
+            conn.execute(
+                "CREATE VIEW public.lonnymq_drop_guard AS SELECT m.id FROM lonnymq.message m WHERE false"
+            )
         with Queue(src, "owned", pool_size=1) as q:
             q.create_batch(["a", "b"], channel="acme")
         assert owners(src) == {owner}
@@ -211,11 +244,21 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
         naive = run_tool("pg_restore", "--exit-on-error", "-d", targets[0], str(dump))
         assert naive.returncode != 0
         assert f"owned by role {owner}" in naive.stderr and "--role" in naive.stderr, naive.stderr
-        assert owners(dsn_for(ADMIN_DSN, targets[0])) <= {owner}  # nothing of lonnymq but the schema
+        assert owners(dsn_for(ADMIN_DSN, targets[0])) <= {
+            owner
+        }  # nothing of lonnymq but the schema
 
         # The documented procedures: the owner stays the owner of everything.
         pg_tool("pg_restore", "--exit-on-error", f"--role={owner}", "-d", targets[1], str(dump))
-        pg_tool("pg_restore", "--exit-on-error", "--no-owner", f"--role={owner}", "-d", targets[2], str(dump))
+        pg_tool(
+            "pg_restore",
+            "--exit-on-error",
+            "--no-owner",
+            f"--role={owner}",
+            "-d",
+            targets[2],
+            str(dump),
+        )
         for target in targets[1:]:
             dst = dsn_for(ADMIN_DSN, target, user=owner)
             assert owners(dst) == {owner}
@@ -223,8 +266,9 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
                 assert q.stats().ready == 2
                 assert len(q.dequeue(lock_ms=60_000, max_messages=5)) == 2
             assert verify(dst) == []
-            with psycopg.connect(dst, autocommit=True) as conn, pytest.raises(
-                psycopg.errors.DependentObjectsStillExist
+            with (
+                psycopg.connect(dst, autocommit=True) as conn,
+                pytest.raises(psycopg.errors.DependentObjectsStillExist),
             ):
                 conn.execute("DROP EXTENSION lonnymq")
     finally:

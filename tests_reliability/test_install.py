@@ -29,8 +29,18 @@ from .conftest import ADMIN_DSN, ROOT, drop_database, dsn_for, recreate_database
 
 # Operator symbols planted: a superset of those in the install script (checked below).
 SYMBOLS = ["=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "||", "~", "!~", "~~"]
-TYPES = ["smallint", "integer", "bigint", "numeric", "double precision", "text", "bytea", "boolean",
-         "interval", "timestamptz"]
+TYPES = [
+    "smallint",
+    "integer",
+    "bigint",
+    "numeric",
+    "double precision",
+    "text",
+    "bytea",
+    "boolean",
+    "interval",
+    "timestamptz",
+]
 # The script calls every function schema-qualified except these SQL constructs; planting
 # functions of the same names checks that they stay constructs (never a catalog lookup).
 UNQUALIFIED = ["coalesce", "greatest", "least", "floor", "now", "format", "count", "min", "sum"]
@@ -83,20 +93,35 @@ def test_the_planted_operators_cover_every_operator_of_the_script() -> None:
 def plant_statements(schema: str) -> str:
     """One function per operand pair (it raises when called) and one operator per symbol
     and pair; one function per unqualified name and operand type(s)."""
-    parts = [f"CREATE FUNCTION {schema}.hijacked() RETURNS boolean LANGUAGE plpgsql AS "
-             "$$ BEGIN RAISE EXCEPTION 'hijacked: a planted look-alike ran'; END $$;"]
+    parts = [
+        f"CREATE FUNCTION {schema}.hijacked() RETURNS boolean LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'hijacked: a planted look-alike ran'; END $$;"
+    ]
     for n, (left, right) in enumerate(itertools.product(TYPES, TYPES)):
-        parts.append(f"CREATE FUNCTION {schema}.op_{n}({left}, {right}) RETURNS {left} LANGUAGE plpgsql AS "
-                     f"$$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;")
+        parts.append(
+            f"CREATE FUNCTION {schema}.op_{n}({left}, {right}) RETURNS {left} LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;"
+        )
         for symbol in SYMBOLS:
-            parts.append(f"CREATE OPERATOR {schema}.{symbol} (FUNCTION = {schema}.op_{n}, "
-                         f"LEFTARG = {left}, RIGHTARG = {right});")
+            parts.append(
+                f"CREATE OPERATOR {schema}.{symbol} (FUNCTION = {schema}.op_{n}, "
+                f"LEFTARG = {left}, RIGHTARG = {right});"
+            )
     for name in UNQUALIFIED:
-        for args in [*([t] for t in TYPES), *([t, t] for t in TYPES), ["integer", "bigint"], ["bigint", "integer"]]:
-            parts.append(f"CREATE FUNCTION {schema}.{name}({', '.join(args)}) RETURNS {args[0]} LANGUAGE plpgsql "
-                         f"AS $$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;")
-        parts.append(f"CREATE FUNCTION {schema}.{name}() RETURNS timestamptz LANGUAGE plpgsql "
-                     f"AS $$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;")
+        for args in [
+            *([t] for t in TYPES),
+            *([t, t] for t in TYPES),
+            ["integer", "bigint"],
+            ["bigint", "integer"],
+        ]:
+            parts.append(
+                f"CREATE FUNCTION {schema}.{name}({', '.join(args)}) RETURNS {args[0]} LANGUAGE plpgsql "
+                f"AS $$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;"
+            )
+        parts.append(
+            f"CREATE FUNCTION {schema}.{name}() RETURNS timestamptz LANGUAGE plpgsql "
+            f"AS $$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;"
+        )
     return "\n".join(parts)
 
 
@@ -111,7 +136,9 @@ def planted_db() -> Iterator[tuple[str, str]]:
         admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(planter)))
     try:
         with psycopg.connect(dsn, autocommit=True) as owner:
-            owner.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(planter)))
+            owner.execute(
+                sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(planter))
+            )
         with psycopg.connect(dsn_for(dsn, name, user=planter), autocommit=True) as conn:
             conn.execute(plant_statements("public"))
         yield dsn, planter
@@ -122,8 +149,13 @@ def planted_db() -> Iterator[tuple[str, str]]:
 
 
 def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lonnymq", "--dsn", dsn, *args], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "lonnymq", "--dsn", dsn, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def install(dsn: str, path: str) -> subprocess.CompletedProcess[str]:
@@ -161,18 +193,28 @@ def test_planted_look_alikes_are_never_bound_or_run(planted_db: tuple[str, str],
     assert result.returncode == 0, result
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert str(scalar(conn, "SHOW search_path")) == '"$user", public'
-        planted = scalar(conn, "SELECT count(*) FROM pg_operator WHERE oprowner = %s::regrole", (planter,))
+        planted = scalar(
+            conn, "SELECT count(*) FROM pg_operator WHERE oprowner = %s::regrole", (planter,)
+        )
         assert planted == len(SYMBOLS) * len(TYPES) ** 2
         assert bound_look_alikes(conn, planter) == []
         # Work in every state the views show, read as the superuser: a planted function
         # that ran would raise.
-        conn.execute("SELECT lonnymq.channel_set('q', 'capped', max_concurrency => 2, max_size => 10)")
-        conn.execute("SELECT * FROM lonnymq.message_create_batch('q', ARRAY['a', 'capped', NULL],"
-                     " ARRAY['x', 'y', 'z']::bytea[], dedup_keys => ARRAY['k', 'k', 'k'], idempotency_key => 'i')")
+        conn.execute(
+            "SELECT lonnymq.channel_set('q', 'capped', max_concurrency => 2, max_size => 10)"
+        )
+        conn.execute(
+            "SELECT * FROM lonnymq.message_create_batch('q', ARRAY['a', 'capped', NULL],"
+            " ARRAY['x', 'y', 'z']::bytea[], dedup_keys => ARRAY['k', 'k', 'k'], idempotency_key => 'i')"
+        )
         conn.execute("SELECT * FROM lonnymq.message_create('q', 'a', 'p', priority => 2)")
         conn.execute("SELECT * FROM lonnymq.message_create('q', 'a', 'later', delay_ms => 60000)")
-        [(mid, attempts)] = conn.execute("SELECT id, num_attempts FROM lonnymq.message_dequeue('q', 60000)").fetchall()
-        assert conn.execute("SELECT lonnymq.message_fail(%s, %s, 'x')", (mid, attempts)).fetchone() == ("failed",)
+        [(mid, attempts)] = conn.execute(
+            "SELECT id, num_attempts FROM lonnymq.message_dequeue('q', 60000)"
+        ).fetchall()
+        assert conn.execute(
+            "SELECT lonnymq.message_fail(%s, %s, 'x')", (mid, attempts)
+        ).fetchone() == ("failed",)
         conn.execute("SELECT * FROM lonnymq.message_dequeue('q', 60000, 5)")
         for view in ("messages", "channel_stats", "queue_stats", "message_archive"):
             conn.execute(f"SELECT * FROM lonnymq.{view}").fetchall()
@@ -188,11 +230,17 @@ GRANT ALL ON SCHEMA lonnymq TO PUBLIC;
 
 
 @pytest.mark.parametrize("path", ["extension", "sql-only"])
-def test_a_lonnymq_schema_owned_by_another_role_is_refused(planted_db: tuple[str, str], path: str) -> None:
+def test_a_lonnymq_schema_owned_by_another_role_is_refused(
+    planted_db: tuple[str, str], path: str
+) -> None:
     dsn, planter = planted_db
     with psycopg.connect(dsn, autocommit=True) as owner:
-        owner.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
-            sql.Identifier(str(scalar(owner, "SELECT current_database()"))), sql.Identifier(planter)))
+        owner.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                sql.Identifier(str(scalar(owner, "SELECT current_database()"))),
+                sql.Identifier(planter),
+            )
+        )
     planter_dsn = psycopg.conninfo.make_conninfo(dsn, user=planter)
     with psycopg.connect(planter_dsn, autocommit=True) as conn:
         conn.execute(SQUAT)
@@ -201,8 +249,18 @@ def test_a_lonnymq_schema_owned_by_another_role_is_refused(planted_db: tuple[str
     assert "schema lonnymq" in result.stderr and planter in result.stderr, result.stderr
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert scalar(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'lonnymq'") == 0
-        assert scalar(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'lonnymq'::regnamespace") == 0
-        assert scalar(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'lonnymq'::regnamespace") == 0
+        assert (
+            scalar(
+                conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'lonnymq'::regnamespace"
+            )
+            == 0
+        )
+        assert (
+            scalar(
+                conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'lonnymq'::regnamespace"
+            )
+            == 0
+        )
 
 
 def test_a_lonnymq_schema_with_objects_in_it_is_refused(planted_db: tuple[str, str]) -> None:
@@ -211,24 +269,39 @@ def test_a_lonnymq_schema_with_objects_in_it_is_refused(planted_db: tuple[str, s
     dsn, _planter = planted_db
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA lonnymq")
-        conn.execute("CREATE FUNCTION lonnymq.message_create(text, text, text) RETURNS void LANGUAGE sql AS ''")
-        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="schema lonnymq is not empty"):
+        conn.execute(
+            "CREATE FUNCTION lonnymq.message_create(text, text, text) RETURNS void LANGUAGE sql AS ''"
+        )
+        with pytest.raises(
+            psycopg.errors.ObjectNotInPrerequisiteState, match="schema lonnymq is not empty"
+        ):
             conn.execute("CREATE EXTENSION lonnymq")
         conn.execute("DROP FUNCTION lonnymq.message_create(text, text, text)")
         conn.execute("CREATE EXTENSION lonnymq")
-        assert conn.execute("SELECT * FROM lonnymq.message_create('q', 'c', 'x')").fetchone()[0] == "created"  # type: ignore[index]
+        assert (
+            conn.execute("SELECT * FROM lonnymq.message_create('q', 'c', 'x')").fetchone()[0]
+            == "created"
+        )  # type: ignore[index]
 
 
-def test_an_update_refuses_a_schema_the_extension_owner_does_not_own(planted_db: tuple[str, str]) -> None:
+def test_an_update_refuses_a_schema_the_extension_owner_does_not_own(
+    planted_db: tuple[str, str],
+) -> None:
     """1.0 installed into a squatted schema; updating to this version refuses until the
     schema is the extension owner's again."""
     dsn, planter = planted_db
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA lonnymq AUTHORIZATION {}").format(sql.Identifier(planter)))
+        conn.execute(
+            sql.SQL("CREATE SCHEMA lonnymq AUTHORIZATION {}").format(sql.Identifier(planter))
+        )
         conn.execute("CREATE EXTENSION lonnymq VERSION '1.0'")
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match=f"owned by role {planter}"):
             conn.execute("ALTER EXTENSION lonnymq UPDATE")
-        assert scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'") == "1.0"
+        assert (
+            scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'") == "1.0"
+        )
         conn.execute("ALTER SCHEMA lonnymq OWNER TO CURRENT_USER")
         conn.execute("ALTER EXTENSION lonnymq UPDATE")
-        assert scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'") != "1.0"
+        assert (
+            scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'") != "1.0"
+        )

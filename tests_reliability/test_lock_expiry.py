@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+
 from lonnymq import Message, Queue, Worker
 
 from .conftest import LimitSampler, WorkerProcess, archive_outcomes, live_ids, verify, wait_for
@@ -24,16 +25,18 @@ LOCK_MS = 300
 
 def locked(conn: psycopg.Connection[object], queue: str, channel: str) -> int:
     row = conn.execute(
-        "SELECT locked FROM lonnymq.channel_stats WHERE queue = %s AND channel = %s", (queue, channel)
+        "SELECT locked FROM lonnymq.channel_stats WHERE queue = %s AND channel = %s",
+        (queue, channel),
     ).fetchone()
     assert row is not None
     return int(row[0])  # type: ignore[call-overload]
 
 
 def test_stale_holder_is_refused_and_the_redelivery_wins(shared_db: str, queue_name: str) -> None:
-    with Queue(shared_db, queue_name, pool_size=2) as queue, psycopg.connect(
-        shared_db, autocommit=True
-    ) as db:
+    with (
+        Queue(shared_db, queue_name, pool_size=2) as queue,
+        psycopg.connect(shared_db, autocommit=True) as db,
+    ):
         queue.set_channel("one", max_concurrency=1, retain_completed=True)
         first = queue.create("a", channel="one").id
         second = queue.create("b", channel="one").id
@@ -59,7 +62,8 @@ def test_stale_holder_is_refused_and_the_redelivery_wins(shared_db: str, queue_n
         [b] = queue.dequeue(lock_ms=60_000)
         assert b.id == second and b.complete() == "completed"
         assert archive_outcomes(shared_db, queue_name) == {
-            first: [("completed", 2)], second: [("completed", 1)]
+            first: [("completed", 2)],
+            second: [("completed", 1)],
         }
         assert verify(shared_db) == []
 
@@ -68,7 +72,9 @@ N_FAST = 60
 N_SLOW = 12
 
 
-def test_workers_without_heartbeats_settle_each_message_once(shared_db: str, queue_name: str) -> None:
+def test_workers_without_heartbeats_settle_each_message_once(
+    shared_db: str, queue_name: str
+) -> None:
     """A slow first attempt sleeps four lock periods (raising afterwards for half of them:
     a stale defer); another worker gets the message meanwhile and settles it."""
 
@@ -98,16 +104,29 @@ def test_workers_without_heartbeats_settle_each_message_once(shared_db: str, que
     sampler.start()
     queues = [Queue(shared_db, queue_name, pool_size=14) for _ in range(3)]
     runners = [
-        Worker(q, handler, concurrency=10, lock_ms=LOCK_MS, heartbeat_ms=10**9,
-               max_sleep_ms=100, handle_signals=False)
+        Worker(
+            q,
+            handler,
+            concurrency=10,
+            lock_ms=LOCK_MS,
+            heartbeat_ms=10**9,
+            max_sleep_ms=100,
+            handle_signals=False,
+        )
         for q in queues
     ]
     threads = [threading.Thread(target=w.run, daemon=True) for w in runners]
     for t in threads:
         t.start()
     try:
-        wait_for(lambda: len(archive_outcomes(shared_db, queue_name)) >= len(created)
-                 and sum(w.in_flight for w in runners) == 0, 60, "every message to be settled")
+        wait_for(
+            lambda: (
+                len(archive_outcomes(shared_db, queue_name)) >= len(created)
+                and sum(w.in_flight for w in runners) == 0
+            ),
+            60,
+            "every message to be settled",
+        )
     finally:
         for w in runners:
             w.stop()
@@ -155,12 +174,21 @@ def test_worker_gets_back_its_own_expired_message(shared_db: str, queue_name: st
         with Queue(shared_db, queue_name, pool_size=6) as queue:
             queue.set_channel("own", retain_completed=True)
             created = queue.create("x", channel="own").id
-            worker = Worker(queue, handler, concurrency=2, lock_ms=lock_ms, heartbeat_ms=10**9,
-                            max_sleep_ms=50, handle_signals=False)
+            worker = Worker(
+                queue,
+                handler,
+                concurrency=2,
+                lock_ms=lock_ms,
+                heartbeat_ms=10**9,
+                max_sleep_ms=50,
+                handle_signals=False,
+            )
             runner = threading.Thread(target=worker.run, daemon=True)
             runner.start()
             try:
-                wait_for(lambda: created in archive_outcomes(shared_db, queue_name), 10, "completion")
+                wait_for(
+                    lambda: created in archive_outcomes(shared_db, queue_name), 10, "completion"
+                )
                 time.sleep(3 * lock_ms / 1000 + 0.3)  # attempt 1 finishes meanwhile
             finally:
                 worker.stop()
@@ -184,8 +212,9 @@ def test_a_frozen_worker_process_is_fenced_off_when_it_wakes(
         channels = [f"f{n}" for n in range(8)]
         for c in channels:
             queue.set_channel(c, max_concurrency=2, retain_completed=True)
-        results = queue.create_batch([json.dumps({"sleep_ms": 150})] * 240,
-                                     channels=[channels[n % 8] for n in range(240)])
+        results = queue.create_batch(
+            [json.dumps({"sleep_ms": 150})] * 240, channels=[channels[n % 8] for n in range(240)]
+        )
         created = {r.id for r in results}
     sampler = LimitSampler(shared_db, queue_name)
     sampler.start()
@@ -196,8 +225,11 @@ def test_a_frozen_worker_process_is_fenced_off_when_it_wakes(
         frozen.process.send_signal(signal.SIGSTOP)
         time.sleep(3 * lock_ms / 1000)
         frozen.process.send_signal(signal.SIGCONT)
-        wait_for(lambda: len(archive_outcomes(shared_db, queue_name)) >= len(created), 90,
-                 "every message to be settled")
+        wait_for(
+            lambda: len(archive_outcomes(shared_db, queue_name)) >= len(created),
+            90,
+            "every message to be settled",
+        )
     finally:
         sampler.stop()
         codes = [frozen.terminate(), other.terminate()]
@@ -205,7 +237,9 @@ def test_a_frozen_worker_process_is_fenced_off_when_it_wakes(
     outcomes = archive_outcomes(shared_db, queue_name)
     assert set(outcomes) == created and all(len(o) == 1 for o in outcomes.values())
     assert {o[0][0] for o in outcomes.values()} == {"completed"}
-    assert any(o[0][1] > 1 for o in outcomes.values()), "nothing held by the frozen worker was redelivered"
+    assert any(o[0][1] > 1 for o in outcomes.values()), (
+        "nothing held by the frozen worker was redelivered"
+    )
     counts = [frozen.counts(), other.counts()]
     assert counts[0].get("refused", 0) >= 1, counts
     assert sum(c.get("completed", 0) for c in counts) == len(created)

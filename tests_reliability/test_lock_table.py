@@ -30,8 +30,11 @@ def dsn() -> Iterator[str]:
 
 
 def advisory_locks(conn: psycopg.Connection[Any]) -> int:
-    return int(conn.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() "
-                            "AND locktype = 'advisory'").fetchone()[0])
+    return int(
+        conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+        ).fetchone()[0]
+    )
 
 
 def test_a_batch_over_20000_channels_holds_a_bounded_number_of_locks(dsn: str) -> None:
@@ -39,13 +42,18 @@ def test_a_batch_over_20000_channels_holds_a_bounded_number_of_locks(dsn: str) -
     with psycopg.connect(dsn) as conn:
         statuses = conn.execute(
             "SELECT status FROM lonnymq.message_create_batch('big', %s, "
-            "array_fill('x'::bytea, ARRAY[20000]))", (channels,)).fetchall()
+            "array_fill('x'::bytea, ARRAY[20000]))",
+            (channels,),
+        ).fetchall()
         assert statuses == [("created",)] * 20_000
         assert advisory_locks(conn) <= HEAD_LOCK_BUDGET + 2
         conn.commit()
         # A second batch over the same (now existing) channels, in the same way.
-        conn.execute("SELECT count(*) FROM lonnymq.message_create_batch('big', %s, "
-                     "array_fill('y'::bytea, ARRAY[20000]))", (channels,))
+        conn.execute(
+            "SELECT count(*) FROM lonnymq.message_create_batch('big', %s, "
+            "array_fill('y'::bytea, ARRAY[20000]))",
+            (channels,),
+        )
         assert advisory_locks(conn) <= HEAD_LOCK_BUDGET + 2
         conn.commit()
     assert verify(dsn) == []
@@ -56,8 +64,11 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
     head: the case that took a head lock per channel."""
     channels = [f"c{i}" for i in range(12_000)]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT count(*) FROM lonnymq.message_create_batch('wide', %s, "
-                     "array_fill('x'::bytea, ARRAY[12000]))", (channels,))
+        conn.execute(
+            "SELECT count(*) FROM lonnymq.message_create_batch('wide', %s, "
+            "array_fill('x'::bytea, ARRAY[12000]))",
+            (channels,),
+        )
     results: dict[int, tuple[list[int], int]] = {}
     errors: list[BaseException] = []
     barrier = threading.Barrier(2)
@@ -66,11 +77,15 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
         try:
             with psycopg.connect(dsn) as conn:
                 barrier.wait()
-                ids = [r[0] for r in conn.execute(
-                    "SELECT id FROM lonnymq.message_dequeue('wide', 600000, 10000)").fetchall()]
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT id FROM lonnymq.message_dequeue('wide', 600000, 10000)"
+                    ).fetchall()
+                ]
                 results[slot] = (ids, advisory_locks(conn))
                 conn.commit()
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=dequeue, args=(slot,)) for slot in range(2)]
@@ -86,7 +101,14 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
     # Channels whose new work neither call had folded in yet (each folds in as many as it
     # can serve) are served by the next call: nothing is left behind.
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rest = [r[0] for r in conn.execute(
-            "SELECT id FROM lonnymq.message_dequeue('wide', 600000, 10000)").fetchall()]
+        rest = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM lonnymq.message_dequeue('wide', 600000, 10000)"
+            ).fetchall()
+        ]
     assert len(delivered) >= 10_000
-    assert sorted(delivered + rest) == sorted(set(delivered + rest)) and len(delivered + rest) == 12_000
+    assert (
+        sorted(delivered + rest) == sorted(set(delivered + rest))
+        and len(delivered + rest) == 12_000
+    )

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+
 from lonnymq import Queue
 
 from .conftest import WorkerProcess, archive_outcomes, live_ids, verify
@@ -38,7 +39,9 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
     procs = [workers(shared_db, queue_name, 1, LOCK_MS, mode) for mode in ("sync", "async")]
     deaths: list[int | None] = []
     deadline = time.monotonic() + 60
-    while len(archive_outcomes(shared_db, queue_name)) < len(created) and time.monotonic() < deadline:
+    while (
+        len(archive_outcomes(shared_db, queue_name)) < len(created) and time.monotonic() < deadline
+    ):
         for p in procs:
             if not p.alive():
                 assert p.process is not None
@@ -55,7 +58,8 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
     assert exit_codes == [0, 0]
     with psycopg.connect(shared_db, autocommit=True) as conn:
         error, dead_at = conn.execute(
-            "SELECT error, archived_at FROM lonnymq.message_archive WHERE message_id = %s", (poison,)
+            "SELECT error, archived_at FROM lonnymq.message_archive WHERE message_id = %s",
+            (poison,),
         ).fetchone() or (None, None)
         flowed = conn.execute(
             "SELECT count(*) FROM lonnymq.message_archive WHERE message_id = ANY(%s) AND archived_at < %s",

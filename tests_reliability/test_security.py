@@ -31,8 +31,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from lonnymq import Backoff, Message, Queue, Retry, Worker
 from psycopg import sql
+
+from lonnymq import Backoff, Message, Queue, Retry, Worker
 
 from .conftest import (
     ADMIN_DSN,
@@ -53,7 +54,11 @@ def ensure_role(admin: psycopg.Connection[Any], name: str, login: bool) -> bool:
     """Creates the role unless it exists; returns whether it did (so the caller drops it)."""
     exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
     if not exists:
-        admin.execute(sql.SQL("CREATE ROLE {} " + ("LOGIN" if login else "NOLOGIN")).format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("CREATE ROLE {} " + ("LOGIN" if login else "NOLOGIN")).format(
+                sql.Identifier(name)
+            )
+        )
     return not exists
 
 
@@ -70,7 +75,10 @@ def security_db() -> Iterator[dict[str, str]]:
     """A database with the recipes of docs/grants.sql applied, and one LOGIN role per recipe
     plus one with nothing. Yields DSNs by role: owner, producer, consumer, monitor, nobody."""
     suffix = uuid.uuid4().hex[:6]
-    logins = {kind: f"rel_{kind}_{suffix}" for kind in ("producer", "consumer", "monitor", "nobody", "hostile")}
+    logins = {
+        kind: f"rel_{kind}_{suffix}"
+        for kind in ("producer", "consumer", "monitor", "nobody", "hostile")
+    }
     name = "lonnymq_rel_security"
     owner_dsn = recreate_database(ADMIN_DSN, name)
     created_groups = []
@@ -81,8 +89,11 @@ def security_db() -> Iterator[dict[str, str]]:
         for kind, role in logins.items():
             ensure_role(admin, role, login=True)
             if f"lonnymq_{kind}" in GROUPS:
-                admin.execute(sql.SQL("GRANT {} TO {}").format(
-                    sql.Identifier(f"lonnymq_{kind}"), sql.Identifier(role)))
+                admin.execute(
+                    sql.SQL("GRANT {} TO {}").format(
+                        sql.Identifier(f"lonnymq_{kind}"), sql.Identifier(role)
+                    )
+                )
     with psycopg.connect(owner_dsn, autocommit=True) as owner:
         owner.execute((ROOT / "docs" / "grants.sql").read_text())  # the recipe file, as is
     dsns = {"owner": owner_dsn, **{k: dsn_for(owner_dsn, name, user=r) for k, r in logins.items()}}
@@ -99,10 +110,14 @@ def fingerprint(owner_dsn: str) -> dict[str, str]:
     with psycopg.connect(owner_dsn, autocommit=True) as conn:
         rels = conn.execute(
             "SELECT c.relname, c.relkind FROM pg_class c WHERE c.relnamespace = 'lonnymq'::regnamespace "
-            "AND c.relkind IN ('r', 'S') ORDER BY 1").fetchall()
+            "AND c.relkind IN ('r', 'S') ORDER BY 1"
+        ).fetchall()
         for rel, kind in rels:
-            query = (f"SELECT last_value::text || is_called::text FROM lonnymq.{rel}" if kind == "S"
-                     else f"SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text), '') FROM lonnymq.{rel} t")
+            query = (
+                f"SELECT last_value::text || is_called::text FROM lonnymq.{rel}"
+                if kind == "S"
+                else f"SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text), '') FROM lonnymq.{rel} t"
+            )
             result[rel] = conn.execute(query).fetchone()[0]  # type: ignore[index]
     return result
 
@@ -160,8 +175,13 @@ def allowed_calls(dsn: str, queue: str, pending: int, archive_id: int, skip: set
 
 
 def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lonnymq", "--dsn", dsn, *args], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "lonnymq", "--dsn", dsn, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
 
 def test_a_role_without_grants_can_do_nothing(security_db: dict[str, str], queue_name: str) -> None:
@@ -170,11 +190,15 @@ def test_a_role_without_grants_can_do_nothing(security_db: dict[str, str], queue
     nobody = security_db["nobody"]
     assert allowed_calls(nobody, queue_name, pending, archive_id, skip=set()) == set()
     with psycopg.connect(nobody, autocommit=True) as conn:
-        for statement in ("SELECT * FROM lonnymq.message", "SELECT * FROM lonnymq.messages",
-                          "UPDATE lonnymq.message SET locked_until_ms = NULL",
-                          "DELETE FROM lonnymq.message_archive", "SELECT nextval('lonnymq.message_id_seq')",
-                          "SELECT lonnymq._settle_locked(NULL, 'completed', NULL)",
-                          "CREATE TABLE lonnymq.intruder (x int)"):
+        for statement in (
+            "SELECT * FROM lonnymq.message",
+            "SELECT * FROM lonnymq.messages",
+            "UPDATE lonnymq.message SET locked_until_ms = NULL",
+            "DELETE FROM lonnymq.message_archive",
+            "SELECT nextval('lonnymq.message_id_seq')",
+            "SELECT lonnymq._settle_locked(NULL, 'completed', NULL)",
+            "CREATE TABLE lonnymq.intruder (x int)",
+        ):
             with pytest.raises(DENIED):
                 conn.execute(statement)
     # The CLI says so too, and exits non-zero.
@@ -210,10 +234,14 @@ def take_every_advisory_lock(attacker: psycopg.Connection[Any], channels: list[s
     for queue_id in range(1, 50):
         for channel in channels:
             for lock_class in (1819176557, 1819176552):  # 'lonm' (1.0's channel lock), 'lonh'
-                attacker.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s || '/' || %s))",
-                                 (lock_class, str(queue_id), channel))
-    attacker.execute("SELECT pg_try_advisory_lock(classid::int, objid::int) FROM pg_locks "
-                     "WHERE locktype = 'advisory' AND objsubid = 2")
+                attacker.execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(%s || '/' || %s))",
+                    (lock_class, str(queue_id), channel),
+                )
+    attacker.execute(
+        "SELECT pg_try_advisory_lock(classid::int, objid::int) FROM pg_locks "
+        "WHERE locktype = 'advisory' AND objsubid = 2"
+    )
 
 
 def test_a_role_without_grants_cannot_stall_producers_settles_or_policy(
@@ -226,28 +254,39 @@ def test_a_role_without_grants_cannot_stall_producers_settles_or_policy(
     with Queue(security_db["owner"], queue_name, pool_size=1) as q:
         q.create("first", channel="victim")
         [held] = q.dequeue(lock_ms=60_000)
-    with psycopg.connect(security_db["nobody"], autocommit=True) as attacker, psycopg.connect(
-        security_db["owner"], autocommit=True
-    ) as owner:
+    with (
+        psycopg.connect(security_db["nobody"], autocommit=True) as attacker,
+        psycopg.connect(security_db["owner"], autocommit=True) as owner,
+    ):
         take_every_advisory_lock(attacker, ["victim"])
-        for statement in ("SELECT 1 FROM lonnymq.channel FOR KEY SHARE",
-                          "LOCK TABLE lonnymq.channel IN ROW SHARE MODE"):
+        for statement in (
+            "SELECT 1 FROM lonnymq.channel FOR KEY SHARE",
+            "LOCK TABLE lonnymq.channel IN ROW SHARE MODE",
+        ):
             with pytest.raises(DENIED), attacker.transaction():
                 attacker.execute(statement)
         owner.execute("SET statement_timeout = '5s'")
         # Producers, settles, a policy change and a dequeue all go through at once.
-        assert owner.execute("SELECT status FROM lonnymq.message_create(%s, 'victim', 'second')",
-                             (queue_name,)).fetchone() == ("created",)
-        assert owner.execute("SELECT lonnymq.message_complete(%s, %s)",
-                             (held.id, held.num_attempts)).fetchone() == ("completed",)
-        owner.execute("SELECT lonnymq.channel_set(%s, 'victim', max_concurrency => 1)", (queue_name,))
-        got = owner.execute("SELECT convert_from(content, 'UTF8') FROM lonnymq.message_dequeue(%s, 60000)",
-                            (queue_name,)).fetchall()
+        assert owner.execute(
+            "SELECT status FROM lonnymq.message_create(%s, 'victim', 'second')", (queue_name,)
+        ).fetchone() == ("created",)
+        assert owner.execute(
+            "SELECT lonnymq.message_complete(%s, %s)", (held.id, held.num_attempts)
+        ).fetchone() == ("completed",)
+        owner.execute(
+            "SELECT lonnymq.channel_set(%s, 'victim', max_concurrency => 1)", (queue_name,)
+        )
+        got = owner.execute(
+            "SELECT convert_from(content, 'UTF8') FROM lonnymq.message_dequeue(%s, 60000)",
+            (queue_name,),
+        ).fetchall()
         assert got == [("second",)]
         owner.execute("SELECT lonnymq.channel_delete(%s, 'victim')", (queue_name,))
 
 
-def test_a_pg_locks_reader_cannot_freeze_busy_channels(security_db: dict[str, str], queue_name: str) -> None:
+def test_a_pg_locks_reader_cannot_freeze_busy_channels(
+    security_db: dict[str, str], queue_name: str
+) -> None:
     """The trial's attack, run for real: producers keep 10 channels busy while a role without
     grants keeps reading pg_locks and taking every advisory lock it sees, exclusively, for
     its session. In 1.0 it froze most channels within seconds. Every producer must keep
@@ -262,9 +301,11 @@ def test_a_pg_locks_reader_cannot_freeze_busy_channels(security_db: dict[str, st
             with psycopg.connect(security_db["owner"], autocommit=True) as conn:
                 conn.execute("SET statement_timeout = '3s'")
                 while not stop.is_set():
-                    conn.execute("SELECT lonnymq.message_create(%s, %s, 'x')", (queue_name, channel))
+                    conn.execute(
+                        "SELECT lonnymq.message_create(%s, %s, 'x')", (queue_name, channel)
+                    )
                     created[channel] += 1
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     def attack() -> None:
@@ -286,9 +327,12 @@ def test_a_pg_locks_reader_cannot_freeze_busy_channels(security_db: dict[str, st
     stalled = [c for c in channels if created[c] == before[c]]
     assert not stalled, f"channels that made no progress in the attack's last 2 s: {stalled}"
     with psycopg.connect(security_db["owner"], autocommit=True) as owner:
-        counts = dict(owner.execute(
-            "SELECT channel, count(*) FROM lonnymq.messages WHERE queue = %s GROUP BY channel",
-            (queue_name,)).fetchall())
+        counts = dict(
+            owner.execute(
+                "SELECT channel, count(*) FROM lonnymq.messages WHERE queue = %s GROUP BY channel",
+                (queue_name,),
+            ).fetchall()
+        )
     assert counts == created
 
 
@@ -305,20 +349,40 @@ def test_producer_recipe(security_db: dict[str, str], queue_name: str) -> None:
         assert q.create("again", channel="acme", dedup_key="k").status == "deduplicated"
     assert cli(security_db["producer"], "send", queue_name, "via cli").returncode == 0
     with psycopg.connect(security_db["owner"], autocommit=True) as owner:
-        contents = {bytes(r[0]) for r in owner.execute(
-            "SELECT content FROM lonnymq.messages WHERE queue = %s", (queue_name,))}
+        contents = {
+            bytes(r[0])
+            for r in owner.execute(
+                "SELECT content FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+            )
+        }
     assert {b"from producer", b"via cli"} <= contents and b"in my transaction" not in contents
 
 
 def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_name: str) -> None:
     pending, archive_id = seed(security_db["owner"], queue_name)
     # Everything but consuming is denied (the consuming calls are exercised by the worker below).
-    consuming = {"dequeue", "complete", "complete_batch", "defer", "heartbeat", "fail", "wait_hint_ms"}
-    assert allowed_calls(security_db["consumer"], queue_name, pending, archive_id, skip=consuming) == set()
+    consuming = {
+        "dequeue",
+        "complete",
+        "complete_batch",
+        "defer",
+        "heartbeat",
+        "fail",
+        "wait_hint_ms",
+    }
+    assert (
+        allowed_calls(security_db["consumer"], queue_name, pending, archive_id, skip=consuming)
+        == set()
+    )
 
     with Queue(security_db["owner"], queue_name, pool_size=1) as owner_q:
         owner_q.set_channel("work", max_concurrency=2)
-        jobs = [{"kind": "ok"}] * 20 + [{"kind": "retry"}] * 3 + [{"kind": "broken"}] * 2 + [{"kind": "slow"}]
+        jobs = (
+            [{"kind": "ok"}] * 20
+            + [{"kind": "retry"}] * 3
+            + [{"kind": "broken"}] * 2
+            + [{"kind": "slow"}]
+        )
         ids = {r.id for r in owner_q.create_batch([json.dumps(j) for j in jobs], channel="work")}
 
     def handler(message: Message) -> None:
@@ -332,12 +396,22 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
 
     def remaining() -> int:
         with psycopg.connect(security_db["owner"], autocommit=True) as owner:
-            row = owner.execute("SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue_name,)).fetchone()
+            row = owner.execute(
+                "SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue_name,)
+            ).fetchone()
         return int(row[0]) if row else -1
 
     with Queue(security_db["consumer"], queue_name, pool_size=6) as q:
-        worker = Worker(q, handler, concurrency=3, lock_ms=1500, max_attempts=2, max_sleep_ms=100,
-                        backoff=Backoff(base_ms=10), handle_signals=False)
+        worker = Worker(
+            q,
+            handler,
+            concurrency=3,
+            lock_ms=1500,
+            max_attempts=2,
+            max_sleep_ms=100,
+            backoff=Backoff(base_ms=10),
+            handle_signals=False,
+        )
         runner = threading.Thread(target=worker.run, daemon=True)
         runner.start()
         try:
@@ -348,13 +422,18 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
         assert not runner.is_alive()
     # The seed's pending message ("acme") is not JSON: deferred once, then failed like "broken".
     # (Deferred and refused are exact too unless a starved heartbeat let a lock expire.)
-    assert (worker.counts["completed"], worker.counts["failed"]) == (20 + 3 + 1, 2 + 1), worker.counts
+    assert (worker.counts["completed"], worker.counts["failed"]) == (20 + 3 + 1, 2 + 1), (
+        worker.counts
+    )
     assert worker.counts["deferred"] >= 1
     with psycopg.connect(security_db["owner"], autocommit=True) as owner:
-        left = owner.execute("SELECT count(*) FROM lonnymq.messages WHERE id = ANY(%s)", (list(ids),)).fetchone()
+        left = owner.execute(
+            "SELECT count(*) FROM lonnymq.messages WHERE id = ANY(%s)", (list(ids),)
+        ).fetchone()
         failed = owner.execute(
             "SELECT count(*) FROM lonnymq.message_archive WHERE message_id = ANY(%s) AND outcome = 'failed'",
-            (list(ids),)).fetchone()
+            (list(ids),),
+        ).fetchone()
     assert left == (0,) and failed == (2,)
     assert verify(security_db["owner"]) == []
 
@@ -396,10 +475,14 @@ def hostile_dsn(security_db: dict[str, str]) -> str:
     option, so every pooled and LISTEN connection of the client gets it)."""
     with psycopg.connect(security_db["owner"], autocommit=True) as owner:
         owner.execute(HOSTILE_OBJECTS)
-    return psycopg.conninfo.make_conninfo(security_db["owner"], options="-c search_path=hostile,pg_catalog,public")
+    return psycopg.conninfo.make_conninfo(
+        security_db["owner"], options="-c search_path=hostile,pg_catalog,public"
+    )
 
 
-def test_hostile_search_path_cannot_change_the_sql_api_from_python(hostile_dsn: str, queue_name: str) -> None:
+def test_hostile_search_path_cannot_change_the_sql_api_from_python(
+    hostile_dsn: str, queue_name: str
+) -> None:
     """The API functions (pinned search_path) through the client, with look-alikes in force."""
     with Queue(hostile_dsn, queue_name, pool_size=2) as q:
         with q.pool.connection() as conn:
@@ -413,7 +496,9 @@ def test_hostile_search_path_cannot_change_the_sql_api_from_python(hostile_dsn: 
         assert q.wait_hint_ms() == 0
 
 
-def test_hostile_search_path_cannot_change_the_client_queries(hostile_dsn: str, queue_name: str) -> None:
+def test_hostile_search_path_cannot_change_the_client_queries(
+    hostile_dsn: str, queue_name: str
+) -> None:
     with Queue(hostile_dsn, queue_name, pool_size=2) as q:
         q.create("a", channel="c")
         assert q.stats().ready == 1

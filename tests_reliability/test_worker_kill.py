@@ -50,9 +50,12 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
     with Queue(shared_db, queue_name, pool_size=4) as queue:
         for c in channels:
             queue.set_channel(
-                c, max_concurrency=LIMIT, retain_completed=True,
+                c,
+                max_concurrency=LIMIT,
+                retain_completed=True,
                 max_attempts=1 if c in DEAD_LETTER_CHANNELS else None,
             )
+
         # Half the messages exist before the workers start, half arrive while they run.
         def produce(count: int) -> None:
             for start in range(0, count, 500):
@@ -68,8 +71,10 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
         produce(N_MESSAGES // 2)
         sampler = LimitSampler(shared_db, queue_name, period=0.05)
         sampler.start()
-        procs = [workers(shared_db, queue_name, CONCURRENCY, LOCK_MS, "async" if n % 2 else "sync")
-                 for n in range(N_WORKERS)]
+        procs = [
+            workers(shared_db, queue_name, CONCURRENCY, LOCK_MS, "async" if n % 2 else "sync")
+            for n in range(N_WORKERS)
+        ]
         producer = threading.Thread(target=produce, args=(N_MESSAGES - N_MESSAGES // 2,))
         producer.start()
 
@@ -113,7 +118,9 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
                     (queue_name,),
                 ).fetchall()
             )
-        assert all(channel_of[m] in DEAD_LETTER_CHANNELS and by_id[m][1] == 1 for m in dead), dead[:5]
+        assert all(channel_of[m] in DEAD_LETTER_CHANNELS and by_id[m][1] == 1 for m in dead), dead[
+            :5
+        ]
         assert verify(shared_db) == []
         # The limit held in every sample, and the samples show it was actually reached.
         assert sampler.samples > 50

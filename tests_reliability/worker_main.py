@@ -61,8 +61,9 @@ async def async_handler(message: AsyncMessage) -> None:
 
 async def run_async(dsn: str, queue_name: str, concurrency: int, lock_ms: int) -> None:
     async with AsyncQueue(dsn, queue_name, pool_size=concurrency + 3) as queue:
-        worker = AsyncWorker(queue, async_handler, concurrency=concurrency, lock_ms=lock_ms,
-                             max_sleep_ms=500)
+        worker = AsyncWorker(
+            queue, async_handler, concurrency=concurrency, lock_ms=lock_ms, max_sleep_ms=500
+        )
         signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
         if _stop_requested.is_set():
             worker.stop()  # a stop() before run() is kept
@@ -71,10 +72,16 @@ async def run_async(dsn: str, queue_name: str, concurrency: int, lock_ms: int) -
 
 
 def main() -> None:
-    dsn, queue_name, concurrency, lock_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    dsn, queue_name, concurrency, lock_ms = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+    )
     mode = sys.argv[5] if len(sys.argv) > 5 else "sync"
     logging.basicConfig(
-        level=logging.WARNING, format=f"%(asctime)s {mode} worker {os.getpid()} %(levelname)s %(message)s"
+        level=logging.WARNING,
+        format=f"%(asctime)s {mode} worker {os.getpid()} %(levelname)s %(message)s",
     )
     if mode == "async":
         asyncio.run(run_async(dsn, queue_name, concurrency, lock_ms))

@@ -57,9 +57,7 @@ def content_of(i: int) -> bytes:
 def recreate(admin_dsn: str, database: str) -> str:
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(database)
-            )
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
         )
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     dsn = conninfo.make_conninfo(admin_dsn, dbname=database)
@@ -76,9 +74,7 @@ def reset(dsn: str) -> None:
             "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.batch, bare,"
             " lonnymq_spark.write_partition, lonnymq_spark.write_job,"
             " lonnymq_spark.write_attempt"
-            if conn.execute(
-                "SELECT to_regclass('lonnymq_spark.write_attempt')"
-            ).fetchone()[0]  # type: ignore[index]
+            if conn.execute("SELECT to_regclass('lonnymq_spark.write_attempt')").fetchone()[0]  # type: ignore[index]
             else "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.batch, bare"
         )
         conn.execute("VACUUM ANALYZE")
@@ -88,9 +84,7 @@ def reset(dsn: str) -> None:
 def run_copy(dsn: str, rows: list[tuple[str, bytes]]) -> float:
     start = time.perf_counter()
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
-        with cur.copy(
-            "COPY bare (channel, content) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
+        with cur.copy("COPY bare (channel, content) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(["text", "bytea"])
             for row in rows:
                 copy.write_row(row)
@@ -107,9 +101,7 @@ def run_ceiling(dsn: str, rows: list[tuple[str, bytes]]) -> float:
             for i, (channel, content) in enumerate(rows):
                 copy.write_row((i, channel, content))
         # The queue and its 100 channels exist since the warm-up write (reset keeps them).
-        queue_id = conn.execute(
-            "SELECT id FROM lonnymq.queue WHERE name = 'bench'"
-        ).fetchone()[0]  # type: ignore[index]
+        queue_id = conn.execute("SELECT id FROM lonnymq.queue WHERE name = 'bench'").fetchone()[0]  # type: ignore[index]
         conn.commit()
         start = time.perf_counter()
         conn.execute(
@@ -147,15 +139,14 @@ def run_spark(df: Any, dsn: str, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def run_direct(
-    dsn: str, rows: list[tuple[str, bytes]], partitions: int
-) -> dict[str, float]:
+def run_direct(dsn: str, rows: list[tuple[str, bytes]], partitions: int) -> dict[str, float]:
     """The data source's write path without Spark: one thread per partition stages Arrow
     batches of 10,000 rows, then one commit publishes. Returns rows/s and the seconds of
     each step."""
     import threading
 
     import pyarrow as pa
+
     from lonnymq.spark import _write
     from lonnymq.spark._convert import BINARY, ColumnMapping
     from lonnymq.spark._options import Options
@@ -184,9 +175,7 @@ def run_direct(
     def stage(part: list[tuple[str, bytes]], n: int) -> None:
         local.partition = n
         results.append(
-            _write.stage_partition(
-                opts, run, write_id, _write.arrow_chunks(batches(part), mapping)
-            )
+            _write.stage_partition(opts, run, write_id, _write.arrow_chunks(batches(part), mapping))
         )
 
     start = time.perf_counter()
@@ -237,9 +226,10 @@ def main() -> None:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from lonnymq.spark import register
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+
+    from lonnymq.spark import register
 
     dsn = recreate(args.admin_dsn, args.database)
     rows = [(f"tenant_{i % 100}", content_of(i)) for i in range(args.rows)]
@@ -257,15 +247,11 @@ def main() -> None:
     df = (
         spark.range(0, args.rows, numPartitions=args.partitions)
         .select(
-            F.concat(F.lit("tenant_"), (F.col("id") % 100).cast("string")).alias(
-                "channel"
-            ),
+            F.concat(F.lit("tenant_"), (F.col("id") % 100).cast("string")).alias("channel"),
             F.to_json(
                 F.struct(
                     F.lit("render").alias("job"),
-                    F.concat(
-                        F.lit("tenant_"), (F.col("id") % 100).cast("string")
-                    ).alias("tenant"),
+                    F.concat(F.lit("tenant_"), (F.col("id") % 100).cast("string")).alias("tenant"),
                     F.col("id").alias("n"),
                     F.lit("x" * 64).alias("payload"),
                 )
@@ -366,18 +352,10 @@ def main() -> None:
         "ratios": {
             "spark_vs_copy": ratio_copy,
             "spark_vs_message_create": ratio_create,
-            "spark_vs_direct": statistics.median(
-                x["spark"] / x["direct"] for x in rounds
-            ),
-            "direct_vs_copy": statistics.median(
-                x["direct"] / x["copy"] for x in rounds
-            ),
-            "ceiling_vs_copy": statistics.median(
-                x["ceiling"] / x["copy"] for x in rounds
-            ),
-            "spark_vs_ceiling": statistics.median(
-                x["spark"] / x["ceiling"] for x in rounds
-            ),
+            "spark_vs_direct": statistics.median(x["spark"] / x["direct"] for x in rounds),
+            "direct_vs_copy": statistics.median(x["direct"] / x["copy"] for x in rounds),
+            "ceiling_vs_copy": statistics.median(x["ceiling"] / x["copy"] for x in rounds),
+            "spark_vs_ceiling": statistics.median(x["spark"] / x["ceiling"] for x in rounds),
             "publish_vs_ceiling": statistics.median(
                 args.rows / x["publish_s"] / x["ceiling"] for x in rounds
             ),
@@ -393,9 +371,7 @@ def main() -> None:
         f"{med['direct']:,.0f} rows/s, COPY {med['copy']:,.0f} rows/s, "
         f"ceiling {med['ceiling']:,.0f} rows/s, message_create {med['create']:,.0f} msgs/s"
     )
-    print(
-        f"spark / ceiling        = {report['ratios']['spark_vs_ceiling']:.2f}x (goal >= 0.8x)"
-    )
+    print(f"spark / ceiling        = {report['ratios']['spark_vs_ceiling']:.2f}x (goal >= 0.8x)")
     print(f"spark / message_create = {ratio_create:.1f}x (goal >= 100x)")
     print(f"spark / COPY           = {ratio_copy:.2f}x")
     print(
@@ -407,9 +383,7 @@ def main() -> None:
         f"ceiling / COPY         = {report['ratios']['ceiling_vs_copy']:.2f}x"
         " (server-side INSERT ... SELECT into lonnymq.message: no path into the queue beats it)"
     )
-    print(
-        f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; wrote {out}"
-    )
+    print(f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; wrote {out}")
 
 
 if __name__ == "__main__":
