@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import platform
@@ -57,21 +58,29 @@ def connect(autocommit: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
     return psycopg.connect(DSN, autocommit=autocommit, **kwargs)
 
 
+def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    """The first column of the one row a query returns."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query}")
+    return row[0]
+
+
 def prepare_database() -> dict[str, Any]:
-    """Installs lonnymq (the files `make install` just put in place), the floor and the peers, afresh."""
+    """Installs lonnymq (the files `make install` just put in place), the floor and the peers,
+    afresh."""
     with connect() as conn:
         conn.execute("DROP EXTENSION IF EXISTS lonnymq CASCADE")
         conn.execute("CREATE EXTENSION lonnymq")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute((BENCH_DIR / "floor.sql").read_text())
         peers = load_peers(conn)
-        version = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'"
-        ).fetchone()[0]
-        script_md5 = conn.execute(
+        version = scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'")
+        script_md5 = scalar(
+            conn,
             "SELECT md5(string_agg(p.prosrc, '' ORDER BY p.oid)) FROM pg_proc p "
-            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'"
-        ).fetchone()[0]
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lonnymq'",
+        )
     # With BENCH_NO_INSTALL the measured lonnymq is whatever was installed, not this checkout.
     return {
         "extversion": version,
@@ -83,7 +92,8 @@ def prepare_database() -> dict[str, Any]:
 
 
 def load_peers(conn: psycopg.Connection[Any]) -> list[str]:
-    """Loads every peer whose install file is present into its own schema, afresh; returns their names."""
+    """Loads every peer whose install file is present into its own schema, afresh; returns
+    their names."""
     present = [peer for peer, (_, file) in PEERS.items() if (PEERS_DIR / file).is_file()]
     if len(present) < len(PEERS):
         missing = ", ".join(file for peer, (_, file) in PEERS.items() if peer not in present)
@@ -142,10 +152,10 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     mem_kb = 0
-    try:
-        mem_kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError):
+        found = re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())
+        if found is not None:
+            mem_kb = int(found.group(1))
     git = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -155,7 +165,7 @@ def machine() -> dict[str, Any]:
         text=True,
     ).stdout.strip()
     with connect() as conn:
-        server = conn.execute("SELECT version()").fetchone()[0]
+        server = scalar(conn, "SELECT version()")
         settings = dict(
             conn.execute(
                 "SELECT name, current_setting(name) FROM pg_settings WHERE name IN "

@@ -14,12 +14,14 @@ channel must never be shorter than its interval.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
-from common import PAYLOAD, connect, log, reset_lonnymq
+from common import PAYLOAD, connect, log, reset_lonnymq, scalar
 
 LOCK_MS = 30000
 CONSUMERS = 8
@@ -29,8 +31,8 @@ def _create(conn: Any, queue: str, channel: str, count: int) -> None:
     for start in range(0, count, 5000):
         n = min(5000, count - start)
         conn.execute(
-            "SELECT count(*) FROM lonnymq.message_create_batch(%s, array_fill(%s::text, ARRAY[%s]), "
-            "array_fill(%s::bytea, ARRAY[%s]))",
+            "SELECT count(*) FROM lonnymq.message_create_batch(%s, "
+            "array_fill(%s::text, ARRAY[%s]), array_fill(%s::bytea, ARRAY[%s]))",
             (queue, channel, n, PAYLOAD, n),
         )
 
@@ -55,9 +57,11 @@ def _consume(
                 conn.rollback()
                 time.sleep(0.002)
                 continue
-            turn_ms = conn.execute(
-                "SELECT locked_until_ms - %s FROM lonnymq.message WHERE id = %s", (LOCK_MS, row[0])
-            ).fetchone()[0]
+            turn_ms = scalar(
+                conn,
+                "SELECT locked_until_ms - %s FROM lonnymq.message WHERE id = %s",
+                (LOCK_MS, row[0]),
+            )
             conn.commit()
             received = time.monotonic()
             conn.execute("SELECT lonnymq.message_complete(%s, %s)", (row[0], row[2]))
@@ -83,7 +87,7 @@ def _run_consumers(
     return sorted(out)
 
 
-def jain(values: list[float]) -> float:
+def jain(values: Sequence[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if values else float("nan")
 
 
@@ -146,10 +150,10 @@ def rate_limits(interval_ms: int, seconds: float) -> dict[str, Any]:
     turns: dict[str, list[int]] = defaultdict(list)
     for turn_ms, _recv, channel, _id in deliveries:
         turns[channel].append(turn_ms)
-    gaps = {ch: [b - a for a, b in zip(sorted(turns[ch]), sorted(turns[ch])[1:])] for ch in limited}
+    gaps = {ch: [b - a for a, b in itertools.pairwise(sorted(turns[ch]))] for ch in limited}
     min_gap = min((min(g) for g in gaps.values() if g), default=None)
     violations = sum(1 for g in gaps.values() for x in g if x < interval_ms)
-    result = {
+    result: dict[str, Any] = {
         "interval_ms": interval_ms,
         "seconds": seconds,
         "limited_deliveries": {ch: len(turns[ch]) for ch in limited},
@@ -160,7 +164,8 @@ def rate_limits(interval_ms: int, seconds: float) -> dict[str, Any]:
     }
     log(
         f"  w6 rate limits: interval {interval_ms} ms, min observed gap {min_gap} ms, "
-        f"{violations} violations, per limited channel {list(result['limited_deliveries'].values())} "
+        f"{violations} violations, "
+        f"per limited channel {list(result['limited_deliveries'].values())} "
         f"(at most {result['max_allowed_per_channel']})"
     )
     return result

@@ -10,6 +10,7 @@ of the clean phase's throughput and it recovers afterwards.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -25,7 +26,8 @@ def _sample(conn: Any, system: str) -> dict[str, Any]:
     row: dict[str, Any] = {"t": time.monotonic()}
     for table in TABLES[system]:
         stats = conn.execute(
-            "SELECT n_tup_del, n_dead_tup, n_live_tup, pg_relation_size(relid), pg_indexes_size(relid) "
+            "SELECT n_tup_del, n_dead_tup, n_live_tup, "
+            "pg_relation_size(relid), pg_indexes_size(relid) "
             "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
             (system, table),
         ).fetchone()
@@ -106,7 +108,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         samples.append(_sample(conn, system))
         produced, consumed = pgbench_result(producers), pgbench_result(consumers)
     series = []
-    for a, b in zip(samples, samples[1:]):
+    for a, b in itertools.pairwise(samples):
         dt = b["t"] - a["t"]
         series.append(
             {

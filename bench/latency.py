@@ -3,8 +3,8 @@
 Every shape has the same 1k ready messages (100 channels x 10) that dequeue
 serves; the shapes add bulk around them. A separate 1k reference queue lives
 beside each shape and is sampled alternately with it: each ratio compares the
-shape with the 1k case measured in the same minute, on the same server state. The bulk is written with plain
-INSERTs into lonnymq's tables in the state the API leaves behind (the
+shape with the 1k case measured in the same minute, on the same server state. The bulk
+is written with plain INSERTs into lonnymq's tables in the state the API leaves behind (the
 future-dated messages keep their producer hints, as message_create leaves
 them) and lonnymq.verify() must find nothing wrong. Each sample is one
 message_dequeue in its own transaction, rolled back, so every sample sees the
@@ -28,11 +28,11 @@ LOCK_MS = 30000
 
 
 def _now_ms(conn: Any) -> int:
-    return conn.execute("SELECT lonnymq._now_ms()").fetchone()[0]
+    return int(conn.execute("SELECT lonnymq._now_ms()").fetchone()[0])
 
 
 def _queue_id(conn: Any, queue: str = QUEUE) -> int:
-    return conn.execute("SELECT id FROM lonnymq.queue WHERE name = %s", (queue,)).fetchone()[0]
+    return int(conn.execute("SELECT id FROM lonnymq.queue WHERE name = %s", (queue,)).fetchone()[0])
 
 
 def _ready_base(conn: Any, queue: str) -> None:
@@ -40,7 +40,8 @@ def _ready_base(conn: Any, queue: str) -> None:
     n = BASE_CHANNELS * BASE_PER_CHANNEL
     conn.execute(
         "SELECT count(*) FROM lonnymq.message_create_batch(%s, "
-        "(SELECT array_agg('b' || lpad((1 + i %% %s)::text, 3, '0') ORDER BY i) FROM generate_series(0, %s - 1) i), "
+        "(SELECT array_agg('b' || lpad((1 + i %% %s)::text, 3, '0') ORDER BY i) "
+        "FROM generate_series(0, %s - 1) i), "
         "array_fill(%s::bytea, ARRAY[%s]))",
         (queue, BASE_CHANNELS, n, PAYLOAD, n),
     )
@@ -74,7 +75,8 @@ def shape_ready(conn: Any, total: int) -> None:
     conn.execute(
         "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms) "
         "SELECT %s, c.id, %s::bytea, %s + i FROM generate_series(1, %s) i "
-        "JOIN lonnymq.channel c ON c.queue_id = %s AND c.name = 'b' || lpad((1 + i %% %s)::text, 3, '0')",
+        "JOIN lonnymq.channel c "
+        "ON c.queue_id = %s AND c.name = 'b' || lpad((1 + i %% %s)::text, 3, '0')",
         (
             _queue_id(conn),
             PAYLOAD,
@@ -116,7 +118,8 @@ def shape_saturated(conn: Any, channels: int) -> None:
         ", true, 1, 1, 1",
     )
     conn.execute(
-        "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
+        "INSERT INTO lonnymq.message "
+        "(queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
         "SELECT %s, c.id, %s::bytea, %s - 2000, 1, %s + 3600000 FROM lonnymq.channel c "
         "WHERE c.queue_id = %s AND c.name LIKE 's%%'",
         (qid, PAYLOAD, now, now, qid),
@@ -141,7 +144,8 @@ def shape_expired(conn: Any, total: int) -> None:
     conn.execute(
         "WITH c AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM lonnymq.channel "
         "           WHERE queue_id = %s AND name LIKE 'e%%') "
-        "INSERT INTO lonnymq.message (queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
+        "INSERT INTO lonnymq.message "
+        "(queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
         "SELECT %s, c.id, %s::bytea, %s - 600000, 1, %s - 300000 + (i * 240000::bigint / %s) "
         "FROM generate_series(0, %s - 1) i JOIN c ON c.k = i %% 1000",
         (qid, qid, PAYLOAD, now, now, total, total),
@@ -282,7 +286,7 @@ def run(scale: float, samples: int, warmup: int, mode: str) -> dict[str, Any]:
         with connect(autocommit=False) as conn:
             times, base_times, first = _sample(conn, samples, warmup)
             plans = _explain(conn)
-        entry = {
+        entry: dict[str, Any] = {
             "label": label,
             "size": size,
             "build_s": round(built_s, 1),

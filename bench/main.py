@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import python_worker
 
@@ -48,7 +49,7 @@ def main() -> None:
     scale = 0.1 if args.quick else 1.0
 
     started = time.time()
-    results: dict = {
+    results: dict[str, Any] = {
         "mode": mode,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "machine": common.machine(),
@@ -62,7 +63,8 @@ def main() -> None:
             ""
             if results["install"]["installed_from_checkout"]
             else f"; BENCH_NO_INSTALL: measuring the installed lonnymq "
-            f"{results['install']['extversion']} (functions md5 {results['install']['functions_md5']})"
+            f"{results['install']['extversion']} "
+            f"(functions md5 {results['install']['functions_md5']})"
         )
     )
     if "throughput" in parts:

@@ -33,7 +33,7 @@ def throughput(results: dict[str, Any], path: Path) -> None:
         xs = [i - 0.4 + (j + 0.5) * width for i, _ in ran]
         ys = [stats["messages_per_s"] for _, stats in ran]
         ax.bar(xs, ys, width, label=label, color=colour)
-        for x, y, (_, stats) in zip(xs, ys, ran):
+        for x, y, (_, stats) in zip(xs, ys, ran, strict=True):
             if "ratio_to_floor" in stats:
                 ax.annotate(
                     f"{stats['ratio_to_floor']:.2f}x",
@@ -49,7 +49,8 @@ def throughput(results: dict[str, Any], path: Path) -> None:
     ax.set_ylim(top=ax.get_ylim()[1] * 1.6)  # room for the ratios above the tallest bars
     ax.set_ylabel("messages / s (median, log scale)")
     ax.set_title(
-        "Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers (ratio to the floor above bars)"
+        "Workloads 1-4: lifecycle throughput, 4 producers + 4 consumers "
+        "(ratio to the floor above bars)"
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -161,7 +162,8 @@ def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot
         ax.axvspan(minutes / 4, 3 * minutes / 4, color="orange", alpha=0.15)
         ax.legend(fontsize=8)
     axes[0].set_title(
-        f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, snapshot held in the shaded interval"
+        f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, "
+        "snapshot held in the shaded interval"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)

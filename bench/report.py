@@ -25,7 +25,7 @@ W8_PGMQ_TARGET = 1.0  # the Worker / a PGMQ consumer of the same shape
 
 
 def _rate(entry: dict[str, Any], system: str) -> float:
-    return entry[system]["messages_per_s"]
+    return float(entry[system]["messages_per_s"])
 
 
 def _vs_floor(entry: dict[str, Any]) -> str:
@@ -81,9 +81,11 @@ def _w1_rows(entry: dict[str, Any], sync: str, peers: list[str]) -> list[dict[st
         )
         rows.append(
             {
-                "workload": f"{NAMES['w1_lifecycle']} (sync {sync}), a consumer waiting: events on: diagnostic",
+                "workload": f"{NAMES['w1_lifecycle']} (sync {sync}), "
+                "a consumer waiting: events on: diagnostic",
                 "measured": f"{waited:.0f} vs floor {_rate(entry, 'floor'):.0f} msg/s "
-                f"= {entry['ratio_waited']:.2f}x{peer} (nobody waiting {_rate(entry, 'lonnymq'):.0f})",
+                f"= {entry['ratio_waited']:.2f}x{peer} "
+                f"(nobody waiting {_rate(entry, 'lonnymq'):.0f})",
                 "goal": "(what NOTIFY costs)",
                 "met": None,
                 "by": "",
@@ -130,7 +132,8 @@ def _w3_rows(entry: dict[str, Any], sync: str, peers: list[str]) -> list[dict[st
             **row,
             "measured": f"{row['measured']}; vs pgmq {pgmq:.0f} msg/s = {vs_pgmq:.2f}x",
             "met": floor_met and vs_pgmq >= W3_PGMQ_TARGET,
-            "by": f"{ratio / W3_FLOOR_TARGET:.2f} of floor goal, {vs_pgmq / W3_PGMQ_TARGET:.2f} of PGMQ goal",
+            "by": f"{ratio / W3_FLOOR_TARGET:.2f} of floor goal, "
+            f"{vs_pgmq / W3_PGMQ_TARGET:.2f} of PGMQ goal",
         }
     ]
 
@@ -143,7 +146,8 @@ def _w4_rows(tp: dict[str, Any], sync: str) -> list[dict[str, Any]]:
     ratio = _rate(w4, "lonnymq") / _rate(w1, "lonnymq")
     # PGMQ's batch rate (and its own gain over its workload 1) for reference, no goal.
     pgmq = (
-        f"; pgmq batches {_rate(w4, 'pgmq'):.0f} msg/s = {_rate(w4, 'pgmq') / _rate(w1, 'pgmq'):.1f}x "
+        f"; pgmq batches {_rate(w4, 'pgmq'):.0f} msg/s "
+        f"= {_rate(w4, 'pgmq') / _rate(w1, 'pgmq'):.1f}x "
         f"its workload 1"
         if "pgmq" in w4 and w1.get("pgmq", {}).get("messages_per_s")
         else ""
@@ -151,7 +155,8 @@ def _w4_rows(tp: dict[str, Any], sync: str) -> list[dict[str, Any]]:
     return [
         {
             "workload": f"4 batches of 100 (sync {sync})",
-            "measured": f"{_rate(w4, 'lonnymq'):.0f} vs workload 1 {_rate(w1, 'lonnymq'):.0f} msg/s "
+            "measured": f"{_rate(w4, 'lonnymq'):.0f} "
+            f"vs workload 1 {_rate(w1, 'lonnymq'):.0f} msg/s "
             f"= {ratio:.1f}x{pgmq}",
             "goal": f">= {W4_TARGET}x workload 1",
             "met": ratio >= W4_TARGET,
@@ -294,7 +299,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "workload": "7 held snapshot, the floor (comparison)",
-                "measured": f"{floor_w7['held_msg_s']:.0f} vs clean {floor_w7['clean_msg_s']:.0f} msg/s "
+                "measured": f"{floor_w7['held_msg_s']:.0f} "
+                f"vs clean {floor_w7['clean_msg_s']:.0f} msg/s "
                 f"= {floor_w7['held_ratio']:.2f}x; after {floor_w7['after_ratio']:.2f}x",
                 "goal": "(no goal)",
                 "met": None,

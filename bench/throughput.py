@@ -137,7 +137,7 @@ def _scripts(system: System, batch: int) -> tuple[str, str]:
 
 
 def _live(conn: Any, system: System) -> int:
-    return conn.execute(f"SELECT count(*) FROM {system.live_table}").fetchone()[0]
+    return int(conn.execute(f"SELECT count(*) FROM {system.live_table}").fetchone()[0])
 
 
 def seed(conn: Any, system: str, channels: int) -> None:
@@ -235,8 +235,10 @@ def _top_statements(conn: Any) -> list[dict[str, Any]]:
     """Where the server spent its time (pg_stat_statements, nested statements included)."""
     rows = conn.execute(
         "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 4), "
-        "       shared_blks_hit + shared_blks_read, left(regexp_replace(query, '\\s+', ' ', 'g'), 300) "
-        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "       shared_blks_hit + shared_blks_read, "
+        "       left(regexp_replace(query, '\\s+', ' ', 'g'), 300) "
+        "FROM pg_stat_statements "
+        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
         "ORDER BY total_exec_time DESC LIMIT 25"
     ).fetchall()
     return [

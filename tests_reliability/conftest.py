@@ -93,7 +93,8 @@ def archive_outcomes(dsn: str, queue: str) -> dict[int, list[tuple[str, int]]]:
     result: dict[int, list[tuple[str, int]]] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for message_id, outcome, attempts in conn.execute(
-            "SELECT message_id, outcome, num_attempts FROM lonnymq.message_archive WHERE queue = %s",
+            "SELECT message_id, outcome, num_attempts FROM lonnymq.message_archive "
+            "WHERE queue = %s",
             (queue,),
         ):
             result.setdefault(message_id, []).append((outcome, attempts))
@@ -323,7 +324,8 @@ class OwnCluster:
         )
         with open(self.pgdata / "postgresql.conf", "a") as conf:
             conf.write(
-                f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = ''\n"
+                f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+                "unix_socket_directories = ''\n"
                 "max_connections = 100\nshared_buffers = 128MB\nlog_min_messages = warning\n"
                 # Crash recovery must be quick: checkpoints are frequent and small.
                 "checkpoint_timeout = 30s\nmax_wal_size = 256MB\n"

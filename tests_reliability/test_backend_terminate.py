@@ -44,7 +44,7 @@ def test_terminated_backends_lose_and_double_nothing(
 ) -> None:
     app = f"victim_{queue_name}"
     worker_dsn = dsn_for(
-        shared_db, psycopg.conninfo.conninfo_to_dict(shared_db)["dbname"], application_name=app
+        shared_db, str(psycopg.conninfo.conninfo_to_dict(shared_db)["dbname"]), application_name=app
     )
     channels = LIMITED + SHARED
     with Queue(shared_db, queue_name, pool_size=2) as queue:
@@ -53,10 +53,10 @@ def test_terminated_backends_lose_and_double_nothing(
         for c in SHARED:
             queue.set_channel(c, retain_completed=True)
         created: set[int] = set()
-        for start in range(0, N_MESSAGES, 1000):
+        for first in range(0, N_MESSAGES, 1000):
             results = queue.create_batch(
                 [json.dumps({"sleep_ms": random.choice((0, 1, 3))}) for _ in range(1000)],
-                channels=[channels[(start + i) % len(channels)] for i in range(1000)],
+                channels=[channels[(first + i) % len(channels)] for i in range(1000)],
             )
             created.update(r.id for r in results if r.id is not None)
         assert len(created) == N_MESSAGES
@@ -66,7 +66,10 @@ def test_terminated_backends_lose_and_double_nothing(
     procs = [workers(worker_dsn, queue_name, 4, 1500, mode) for mode in ("sync", "sync", "async")]
     pids = [p.pid for p in procs]
     terminated = 0
-    settled = lambda: archived_count(shared_db, queue_name)  # noqa: E731
+
+    def settled() -> int:
+        return archived_count(shared_db, queue_name)
+
     with psycopg.connect(shared_db, autocommit=True) as admin:
         # At least CHAOS_S seconds and MIN_TERMINATED terminations (on a loaded machine the
         # second takes longer), at most 3 * CHAOS_S, and only while there is work left.

@@ -2,8 +2,8 @@
 and consuming, twice, on a private cluster.
 
 A producer thread (one ``Queue``, one create per transaction) records every id whose create
-returned; three worker processes (two ``Worker``, one ``AsyncWorker``) consume. Channels retain completed messages, so a
-complete that committed is a row in the archive. After each restart:
+returned; three worker processes (two ``Worker``, one ``AsyncWorker``) consume. Channels
+retain completed messages, so a complete that committed is a row in the archive. After each restart:
 
 - every create that returned before the crash is completed (archived) or still queued;
 - a batch create whose answer the crash cut off, retried with its idempotency key, is

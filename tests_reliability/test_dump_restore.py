@@ -149,12 +149,10 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
         assert verify(dst) == []
         # Grants on extension objects survived.
         with psycopg.connect(dsn_for(src, target, user=monitor), autocommit=True) as mon:
-            assert (
-                mon.execute(
-                    "SELECT count(*) FROM lonnymq.channel_stats WHERE queue = 'dumped'"
-                ).fetchone()[0]
-                > 0
-            )  # type: ignore[index]
+            row = mon.execute(
+                "SELECT count(*) FROM lonnymq.channel_stats WHERE queue = 'dumped'"
+            ).fetchone()
+            assert row is not None and row[0] > 0
 
         with Queue(dst, "dumped", pool_size=2) as q:
             fresh = q.create("after restore", channel="implicit")

@@ -78,7 +78,11 @@ def names(nullable: bool = True) -> st.SearchStrategy[str | None]:
         alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
         max_size=300,
     )
-    options = [st.sampled_from(ODD_NAMES), text, st.sampled_from(["c1", "c2", "c3"])]
+    options: list[st.SearchStrategy[str | None]] = [
+        st.sampled_from(ODD_NAMES),
+        text,
+        st.sampled_from(["c1", "c2", "c3"]),
+    ]
     if nullable:
         options.append(st.none())
     return st.one_of(*options)
@@ -87,7 +91,11 @@ def names(nullable: bool = True) -> st.SearchStrategy[str | None]:
 def ints(bounds: tuple[int, int], nullable: bool = True) -> st.SearchStrategy[int | None]:
     low, high = bounds
     edges = st.sampled_from([low, low + 1, -1, 0, 1, 2, 3, 100, high - 1, high])
-    options = [edges, st.integers(low, high), st.integers(0, 2000)]
+    options: list[st.SearchStrategy[int | None]] = [
+        edges,
+        st.integers(low, high),
+        st.integers(0, 2000),
+    ]
     if nullable:
         options.append(st.none())
     return st.one_of(*options)
@@ -197,6 +205,7 @@ def reference(data: st.DataObject, model: Model) -> tuple[int | None, int | None
 
 
 def step(conn: psycopg.Connection[Any], data: st.DataObject, model: Model) -> None:
+    params: tuple[Any, ...]  # each call has its own arguments
     op = data.draw(
         st.sampled_from(
             [
@@ -329,10 +338,16 @@ def step(conn: psycopg.Connection[Any], data: st.DataObject, model: Model) -> No
                 (mid, attempts),
             )
         elif op == "heartbeat":
-            query = "SELECT lonnymq.message_heartbeat(id => %s::bigint, num_attempts => %s::bigint, lock_ms => %s::bigint)"
+            query = (
+                "SELECT lonnymq.message_heartbeat("
+                "id => %s::bigint, num_attempts => %s::bigint, lock_ms => %s::bigint)"
+            )
             params = (mid, attempts, pick(data, model.rng, st.integers(1, 5000), ints(INT8)))
         elif op == "fail":
-            query = "SELECT lonnymq.message_fail(id => %s::bigint, num_attempts => %s::bigint, error => %s::text)"
+            query = (
+                "SELECT lonnymq.message_fail("
+                "id => %s::bigint, num_attempts => %s::bigint, error => %s::text)"
+            )
             params = (
                 mid,
                 attempts,
@@ -493,7 +508,8 @@ def check_invariants(conn: psycopg.Connection[Any]) -> None:
     # left out, or the multi-megabyte messages of earlier examples would be read every step.
     for columns, view in (
         (
-            "id, queue, channel, num_attempts, dequeue_at, locked_until, created_at, priority, dedup_key",
+            "id, queue, channel, num_attempts, dequeue_at, locked_until, created_at, priority, "
+            "dedup_key",
             "messages",
         ),
         ("v.*", "channel_stats"),

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -23,13 +24,13 @@ from .conftest import LimitSampler, WorkerProcess, archive_outcomes, live_ids, v
 LOCK_MS = 300
 
 
-def locked(conn: psycopg.Connection[object], queue: str, channel: str) -> int:
+def locked(conn: psycopg.Connection[Any], queue: str, channel: str) -> int:
     row = conn.execute(
         "SELECT locked FROM lonnymq.channel_stats WHERE queue = %s AND channel = %s",
         (queue, channel),
     ).fetchone()
     assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
+    return int(row[0])
 
 
 def test_stale_holder_is_refused_and_the_redelivery_wins(shared_db: str, queue_name: str) -> None:

@@ -4,9 +4,10 @@ Its channel has ``max_attempts`` 3 and ``max_concurrency`` 2: while the poison's
 lock is outstanding it holds one slot (by design: a channel limited to 1 is blocked until
 the poison is given up, 3 lock periods), and the other slot must keep serving the channel.
 Worker processes (one ``Worker``, one ``AsyncWorker``) that die are restarted by the test,
-like a supervisor would. The poison must kill exactly three processes and then be dead-lettered (``dead`` in the archive after 3 attempts), and
-the rest of its channel (and another channel) must keep flowing meanwhile: every other
-message completed exactly once, some of them before the poison was given up.
+like a supervisor would. The poison must kill exactly three processes and then be
+dead-lettered (``dead`` in the archive after 3 attempts), and the rest of its channel (and
+another channel) must keep flowing meanwhile: every other message completed exactly once, some
+of them before the poison was given up.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
         queue.set_channel("other", retain_completed=True)
         before = queue.create_batch([json.dumps({"sleep_ms": 20})] * 5, channel="tenant")
         poison = queue.create(json.dumps({"crash": True}), channel="tenant").id
+        assert poison is not None
         after = queue.create_batch([json.dumps({"sleep_ms": 40})] * 60, channel="tenant")
         other = queue.create_batch([json.dumps({"sleep_ms": 40})] * 40, channel="other")
-        created = {r.id for r in before + after + other} | {poison}
+        assert all(r.status == "created" for r in before + after + other)
+        created = {r.id for r in before + after + other if r.id is not None} | {poison}
 
     procs = [workers(shared_db, queue_name, 1, LOCK_MS, mode) for mode in ("sync", "async")]
     deaths: list[int | None] = []
@@ -62,7 +65,8 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
             (poison,),
         ).fetchone() or (None, None)
         flowed = conn.execute(
-            "SELECT count(*) FROM lonnymq.message_archive WHERE message_id = ANY(%s) AND archived_at < %s",
+            "SELECT count(*) FROM lonnymq.message_archive "
+            "WHERE message_id = ANY(%s) AND archived_at < %s",
             ([r.id for r in after], dead_at),
         ).fetchone()
     assert error is not None and "attempt 3 of 3" in error

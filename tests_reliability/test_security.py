@@ -109,21 +109,24 @@ def fingerprint(owner_dsn: str) -> dict[str, str]:
     result = {}
     with psycopg.connect(owner_dsn, autocommit=True) as conn:
         rels = conn.execute(
-            "SELECT c.relname, c.relkind FROM pg_class c WHERE c.relnamespace = 'lonnymq'::regnamespace "
+            "SELECT c.relname, c.relkind FROM pg_class c "
+            "WHERE c.relnamespace = 'lonnymq'::regnamespace "
             "AND c.relkind IN ('r', 'S') ORDER BY 1"
         ).fetchall()
         for rel, kind in rels:
             query = (
                 f"SELECT last_value::text || is_called::text FROM lonnymq.{rel}"
                 if kind == "S"
-                else f"SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text), '') FROM lonnymq.{rel} t"
+                else "SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text), '') "
+                f"FROM lonnymq.{rel} t"
             )
             result[rel] = conn.execute(query).fetchone()[0]  # type: ignore[index]
     return result
 
 
 def seed(owner_dsn: str, queue: str) -> tuple[int, int]:
-    """A channel with a policy, two messages and one failed archive row; returns (pending id, archive id)."""
+    """A channel with a policy, two messages and one failed archive row; returns
+    (pending id, archive id)."""
     with Queue(owner_dsn, queue, pool_size=1) as q:
         q.set_channel("acme", max_concurrency=3)
         q.create("secret one", channel="acme")
@@ -431,7 +434,8 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
             "SELECT count(*) FROM lonnymq.messages WHERE id = ANY(%s)", (list(ids),)
         ).fetchone()
         failed = owner.execute(
-            "SELECT count(*) FROM lonnymq.message_archive WHERE message_id = ANY(%s) AND outcome = 'failed'",
+            "SELECT count(*) FROM lonnymq.message_archive "
+            "WHERE message_id = ANY(%s) AND outcome = 'failed'",
             (list(ids),),
         ).fetchone()
     assert left == (0,) and failed == (2,)
@@ -459,12 +463,16 @@ HOSTILE_OBJECTS = """
 CREATE SCHEMA hostile;
 CREATE FUNCTION hostile.hijacked() RETURNS boolean LANGUAGE plpgsql AS
   $$ BEGIN RAISE EXCEPTION 'hijacked: a hostile look-alike was called'; END $$;
-CREATE FUNCTION hostile.text_eq(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT hostile.hijacked() $$;
+CREATE FUNCTION hostile.text_eq(text, text) RETURNS boolean LANGUAGE sql
+  AS $$ SELECT hostile.hijacked() $$;
 CREATE OPERATOR hostile.= (FUNCTION = hostile.text_eq, LEFTARG = text, RIGHTARG = text);
-CREATE FUNCTION hostile.bigint_eq(bigint, bigint) RETURNS boolean LANGUAGE sql AS $$ SELECT hostile.hijacked() $$;
+CREATE FUNCTION hostile.bigint_eq(bigint, bigint) RETURNS boolean LANGUAGE sql
+  AS $$ SELECT hostile.hijacked() $$;
 CREATE OPERATOR hostile.= (FUNCTION = hostile.bigint_eq, LEFTARG = bigint, RIGHTARG = bigint);
-CREATE FUNCTION hostile.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT NULL::timestamptz WHERE hostile.hijacked() $$;
-CREATE FUNCTION hostile.count(anyelement) RETURNS bigint LANGUAGE sql AS $$ SELECT 0::bigint WHERE hostile.hijacked() $$;
+CREATE FUNCTION hostile.now() RETURNS timestamptz LANGUAGE sql
+  AS $$ SELECT NULL::timestamptz WHERE hostile.hijacked() $$;
+CREATE FUNCTION hostile.count(anyelement) RETURNS bigint LANGUAGE sql
+  AS $$ SELECT 0::bigint WHERE hostile.hijacked() $$;
 CREATE VIEW hostile.queue_stats AS SELECT 'decoy'::text AS queue WHERE hostile.hijacked();
 """
 
@@ -488,7 +496,8 @@ def test_hostile_search_path_cannot_change_the_sql_api_from_python(
         with q.pool.connection() as conn:
             assert str(scalar(conn, "SHOW search_path")).startswith("hostile")
         q.set_channel("c", max_concurrency=2)
-        created = [r.id for r in q.create_batch(["a", "b", "c"], channel="c")]
+        created = [r.id for r in q.create_batch(["a", "b", "c"], channel="c") if r.id is not None]
+        assert len(created) == 3
         [m1, m2] = q.dequeue(lock_ms=60_000, max_messages=5)
         assert (m1.id, m2.id) == tuple(created[:2])
         assert m1.heartbeat(60_000) == "extended" and m1.complete() == "completed"

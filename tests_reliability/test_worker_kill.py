@@ -1,7 +1,7 @@
 """Fault 1: worker processes are SIGKILLed every couple of seconds and restarted.
 
-Real worker processes (two ``Worker``, two ``AsyncWorker``) drain N_MESSAGES messages on 50 channels with
-``max_concurrency`` 2 (five also with ``max_attempts`` 1) while one of them is
+Real worker processes (two ``Worker``, two ``AsyncWorker``) drain N_MESSAGES messages on 50
+channels with ``max_concurrency`` 2 (five also with ``max_attempts`` 1) while one of them is
 killed with SIGKILL and restarted every ~2 s. Every channel retains completed messages, so
 the archive is the exact record of what was settled: each message must end there exactly
 once (``completed``, or ``dead`` only in a channel that asked for it), nothing may stay live,
@@ -30,7 +30,7 @@ from .conftest import (
     wait_for,
 )
 
-# As in the issue: 20k messages, 40-110 s on 2 cores (~15-45 kills). LONNYMQ_KILL_MESSAGES overrides.
+# 20k messages, 40-110 s on 2 cores (~15-45 kills). LONNYMQ_KILL_MESSAGES overrides.
 N_MESSAGES = int(os.environ.get("LONNYMQ_KILL_MESSAGES", "20000"))
 N_CHANNELS = 50
 LIMIT = 2
@@ -80,7 +80,10 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
 
         kills = 0
         deadline = time.monotonic() + 180
-        settled = lambda: archived_count(shared_db, queue_name)  # noqa: E731
+
+        def settled() -> int:
+            return archived_count(shared_db, queue_name)
+
         next_kill = time.monotonic() + KILL_EVERY_S
         while time.monotonic() < deadline:
             if not producer.is_alive() and settled() >= N_MESSAGES:
@@ -112,7 +115,7 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
         dead = [m for m, (outcome, _) in by_id.items() if outcome == "dead"]
         assert {outcome for outcome, _ in by_id.values()} <= {"completed", "dead"}
         with queue.pool.connection() as conn:
-            channel_of = dict(
+            channel_of: dict[int, str] = dict(
                 conn.execute(
                     "SELECT message_id, channel FROM lonnymq.message_archive WHERE queue = %s",
                     (queue_name,),

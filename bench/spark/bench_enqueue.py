@@ -329,7 +329,7 @@ def main() -> None:
         text=True,
     ).stdout.strip()
     load = os.getloadavg()
-    report = {
+    report: dict[str, Any] = {
         "benchmark": "spark bulk enqueue",
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git_head": head,

@@ -104,6 +104,7 @@ def test_task_failing_half_way_is_retried_exactly_once(
     @F.udf("string")
     def body(i: int) -> str | None:
         ctx = TaskContext.get()
+        assert ctx is not None  # always set inside a task
         # On its first attempt, partition 1 has a NULL content at its 701st row: the
         # staging table refuses it (NOT NULL, as message_create_batch would), the writer's
         # transaction rolls back and the task fails half way, inside the writer.
