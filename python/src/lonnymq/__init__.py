@@ -5,11 +5,12 @@ heartbeats, LISTEN wake-ups, retries and graceful shutdown. See docs/python.md.
 """
 
 from ._backoff import Backoff
+from .amessage import AsyncMessage
 from .aqueue import AsyncQueue
 from .aworker import AsyncWorker
 from .errors import LonnymqError, Retry
 from .hooks import WorkerHooks
-from .message import AsyncMessage, Message
+from .message import Message
 from .models import (
     ArchivedMessage,
     Channel,

@@ -1,4 +1,7 @@
-"""``AsyncQueue``: the asyncio twin of ``Queue`` (same names, same behaviour).
+"""``AsyncQueue``: the client, one method per SQL API call.
+
+The synchronous Queue (queue.py) is generated from the asyncio AsyncQueue (aqueue.py) by
+python/tools/async_to_sync.py: the two have the same names and the same behaviour.
 
 Methods borrow a connection from the pool for one statement (committed on return) unless
 ``conn=`` is given, in which case they run inside the caller's transaction and the caller
@@ -7,7 +10,7 @@ commits. The client never creates the extension: run ``lonnymq install`` once in
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # ASYNC
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -19,8 +22,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
 from ._content import Content, encode, encode_optional
+from .amessage import AsyncMessage
 from .errors import LonnymqError
-from .message import AsyncMessage
 from .models import (
     ArchivedMessage,
     Channel,
@@ -29,6 +32,14 @@ from .models import (
     CreateResult,
     QueueStats,
 )
+
+if True:  # ASYNC  # noqa: SIM108 (async_to_sync.py keeps the else branch in queue.py)
+    # An async pool can only open inside a running event loop: one this queue creates
+    # opens on first use (_ensure_open).
+    _OPEN_AT_ONCE = False
+else:
+    # A synchronous pool opens at once, so ``pool.connection()`` works before any call.
+    _OPEN_AT_ONCE = True
 
 
 class AsyncQueue:
@@ -41,21 +52,20 @@ class AsyncQueue:
         if not name:
             raise ValueError("queue name must not be empty")
         self.name = name
-        self._open_lock = asyncio.Lock()
         if isinstance(conninfo_or_pool, str):
             self.pool = AsyncConnectionPool(
                 conninfo_or_pool,
                 min_size=1,
                 max_size=pool_size,
-                open=False,
+                open=_OPEN_AT_ONCE,
                 name=f"lonnymq-{name}",
             )
             self._owns_pool = True
-            self._needs_open = True  # see _ensure_open
         else:
-            self._needs_open = False
             self.pool = conninfo_or_pool
             self._owns_pool = False
+        self._open_lock = asyncio.Lock()  # ASYNC
+        self._needs_open = self._owns_pool  # ASYNC
 
     @property
     def conninfo(self) -> str:
@@ -83,14 +93,15 @@ class AsyncQueue:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def _ensure_open(self) -> None:
-        # An async pool can only open inside a running loop, so it opens on first use; the
-        # lock keeps concurrent first calls from using it before it is open.
-        if self._needs_open:
-            async with self._open_lock:
-                if self._needs_open:
-                    await self.pool.open()
-                    self._needs_open = False
+    if True:  # ASYNC
+
+        async def _ensure_open(self) -> None:
+            # The lock keeps concurrent first calls from using the pool before it is open.
+            if self._needs_open:
+                async with self._open_lock:
+                    if self._needs_open:
+                        await self.pool.open()
+                        self._needs_open = False
 
     @asynccontextmanager
     async def _connection(
@@ -99,7 +110,7 @@ class AsyncQueue:
         if conn is not None:
             yield conn
         else:
-            await self._ensure_open()
+            await self._ensure_open()  # ASYNC
             async with self.pool.connection() as pooled:
                 yield pooled
 

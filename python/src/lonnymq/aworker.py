@@ -24,9 +24,9 @@ from . import _outcome, _periodic, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
+from .amessage import AsyncMessage
 from .aqueue import AsyncQueue
 from .hooks import Dispatch, WorkerHooks
-from .message import AsyncMessage
 from .worker import LISTEN_READY_TIMEOUT_S, UNKNOWN_PERIODIC_DELAY_MS
 
 log = logging.getLogger("lonnymq.worker")

@@ -1,4 +1,10 @@
-"""Delivered messages with their actions: the sync ``Message`` and the asyncio ``AsyncMessage``.
+# WARNING: generated from amessage.py by python/tools/async_to_sync.py: do not edit.
+# Change amessage.py and run the script; a test fails while this file is stale.
+
+"""``Message``: a delivered message with its actions.
+
+The synchronous Message (message.py) is generated from the asyncio AsyncMessage
+(amessage.py) by python/tools/async_to_sync.py.
 
 Each action passes ``num_attempts`` back as the fencing token and returns the SQL status
 (``completed``, ``deferred``, ``extended``, ``failed``, ``not_found`` or ``state_invalid``).
@@ -12,14 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from psycopg import AsyncConnection, Connection
+from psycopg import Connection
 
 from ._content import Content
 from ._settle import APPLIED
 from .models import MessageData
 
 if TYPE_CHECKING:
-    from .aqueue import AsyncQueue
     from .queue import Queue
 
 
@@ -67,44 +72,3 @@ class Message(MessageData):
 
     def fail(self, error: str | None = None, *, conn: Connection[Any] | None = None) -> str:
         return self._settled(self._queue.fail(self.id, self.num_attempts, error, conn=conn))
-
-
-@dataclass(frozen=True)
-class AsyncMessage(MessageData):
-    """A message delivered by ``AsyncQueue.dequeue``; the asyncio twin of ``Message``."""
-
-    _queue: AsyncQueue = field(repr=False, compare=False)
-    _settles: list[str] = field(default_factory=list, repr=False, compare=False)
-
-    def _settled(self, status: str) -> str:
-        return _remember(self._settles, status)
-
-    async def complete(self, *, conn: AsyncConnection[Any] | None = None) -> str:
-        return self._settled(await self._queue.complete(self.id, self.num_attempts, conn=conn))
-
-    async def defer(
-        self,
-        *,
-        dequeue_at: datetime | None = None,
-        delay_ms: int = 0,
-        state: Content | None = None,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> str:
-        return self._settled(
-            await self._queue.defer(
-                self.id,
-                self.num_attempts,
-                dequeue_at=dequeue_at,
-                delay_ms=delay_ms,
-                state=state,
-                conn=conn,
-            )
-        )
-
-    async def heartbeat(self, lock_ms: int, *, conn: AsyncConnection[Any] | None = None) -> str:
-        return await self._queue.heartbeat(self.id, self.num_attempts, lock_ms, conn=conn)
-
-    async def fail(
-        self, error: str | None = None, *, conn: AsyncConnection[Any] | None = None
-    ) -> str:
-        return self._settled(await self._queue.fail(self.id, self.num_attempts, error, conn=conn))

@@ -1,4 +1,10 @@
-"""``Queue``: the synchronous client, one method per SQL API call of SPEC §4.
+# WARNING: generated from aqueue.py by python/tools/async_to_sync.py: do not edit.
+# Change aqueue.py and run the script; a test fails while this file is stale.
+
+"""``Queue``: the client, one method per SQL API call.
+
+The synchronous Queue (queue.py) is generated from the asyncio AsyncQueue (aqueue.py) by
+python/tools/async_to_sync.py: the two have the same names and the same behaviour.
 
 Methods borrow a connection from the pool for one statement (committed on return) unless
 ``conn=`` is given, in which case they run inside the caller's transaction and the caller
@@ -29,6 +35,9 @@ from .models import (
     QueueStats,
 )
 
+# A synchronous pool opens at once, so ``pool.connection()`` works before any call.
+_OPEN_AT_ONCE = True
+
 
 class Queue:
     """A named queue. ``conninfo_or_pool`` is a libpq DSN (a private pool is created and
@@ -45,7 +54,7 @@ class Queue:
                 conninfo_or_pool,
                 min_size=1,
                 max_size=pool_size,
-                open=True,
+                open=_OPEN_AT_ONCE,
                 name=f"lonnymq-{name}",
             )
             self._owns_pool = True
@@ -89,7 +98,8 @@ class Queue:
 
     def _rows(self, query: str, params: Sequence[Any], conn: Connection[Any] | None) -> list[Any]:
         with self._connection(conn) as c:
-            return c.execute(query, params).fetchall()
+            cursor = c.execute(query, params)
+            return cursor.fetchall()
 
     def _scalar(self, query: str, params: Sequence[Any], conn: Connection[Any] | None) -> Any:
         rows = self._rows(query, params, conn)
@@ -289,7 +299,7 @@ class Queue:
         connection held for the block (no transaction stays open); no wake-up is lost (see
         ``lonnymq.wait_begin``)."""
         with self.pool.connection() as c:
-            value = c.execute(_sql.WAIT_BEGIN, (self.name,)).fetchone()
+            value = (c.execute(_sql.WAIT_BEGIN, (self.name,))).fetchone()
             c.commit()
             try:
                 yield None if value is None or value[0] is None else int(value[0])
