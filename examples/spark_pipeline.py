@@ -52,7 +52,7 @@ def prepare(dsn: str) -> None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS lonnymq")
     with Queue(dsn, QUEUE) as queue:
         for tenant in TENANTS:
-            queue.set_channel(
+            queue.channel_set(
                 tenant,
                 retain_completed=True,
                 max_attempts=2,

@@ -49,9 +49,9 @@ def test_terminated_backends_lose_and_double_nothing(
     channels = LIMITED + SHARED
     with Queue(shared_db, queue_name, pool_size=2) as queue:
         for c in LIMITED:
-            queue.set_channel(c, max_concurrency=2, retain_completed=True)
+            queue.channel_set(c, max_concurrency=2, retain_completed=True)
         for c in SHARED:
-            queue.set_channel(c, retain_completed=True)
+            queue.channel_set(c, retain_completed=True)
         created: set[int] = set()
         for first in range(0, N_MESSAGES, 1000):
             results = queue.create_batch(

@@ -139,7 +139,7 @@ def test_immediate_shutdown_loses_no_committed_work(
     dsn = recreate_database(own_cluster.admin_dsn, "lonnymq_rel_crash")
     with Queue(dsn, queue_name, pool_size=3) as queue:
         for c in CHANNELS:
-            queue.set_channel(c, max_concurrency=LIMIT, retain_completed=True)
+            queue.channel_set(c, max_concurrency=LIMIT, retain_completed=True)
         sampler = LimitSampler(dsn, queue_name)
         sampler.start()
         procs = [workers(dsn, queue_name, 4, 2000, mode) for mode in ("sync", "sync", "async")]

@@ -65,9 +65,9 @@ def pg_tool(tool: str, *args: str) -> None:
 def build_state(dsn: str) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     with Queue(dsn, "dumped", pool_size=2) as q:
-        q.set_channel("limited", max_concurrency=2, max_attempts=3)
-        q.set_channel("capped", max_size=3, release_interval_ms=1, retain_completed=True)
-        q.set_channel("dead_end", max_attempts=1)
+        q.channel_set("limited", max_concurrency=2, max_attempts=3)
+        q.channel_set("capped", max_size=3, release_interval_ms=1, retain_completed=True)
+        q.channel_set("dead_end", max_attempts=1)
         q.create_batch(["l1", "l2", "l3", "l4"], channel="limited")
         q.create_batch(["s1", "s2"], channel="capped")
         q.create("x", channel="dead_end")
@@ -186,7 +186,7 @@ def test_dump_and_restore_round_trip(tmp_path: Path) -> None:
                         seen_recovered[m.id] = m.num_attempts
                     assert m.complete() == "completed"
             assert seen_recovered == {mid: n + 1 for mid, n in facts["locked"].items()}
-            stats = q.stats()
+            stats = q.queue_stats()
             assert (stats.ready, stats.locked) == (0, 0) and stats.scheduled == 1  # "later"
         assert verify(dst) == []
     finally:
@@ -261,7 +261,7 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
             dst = dsn_for(ADMIN_DSN, target, user=owner)
             assert owners(dst) == {owner}
             with Queue(dst, "owned", pool_size=1) as q:
-                assert q.stats().ready == 2
+                assert q.queue_stats().ready == 2
                 assert len(q.dequeue(lock_ms=60_000, max_messages=5)) == 2
             assert verify(dst) == []
             with (

@@ -38,7 +38,7 @@ def test_stale_holder_is_refused_and_the_redelivery_wins(shared_db: str, queue_n
         Queue(shared_db, queue_name, pool_size=2) as queue,
         psycopg.connect(shared_db, autocommit=True) as db,
     ):
-        queue.set_channel("one", max_concurrency=1, retain_completed=True)
+        queue.channel_set("one", max_concurrency=1, retain_completed=True)
         first = queue.create("a", channel="one").id
         second = queue.create("b", channel="one").id
         [stale] = queue.dequeue(lock_ms=LOCK_MS)
@@ -89,8 +89,8 @@ def test_workers_without_heartbeats_settle_each_message_once(
             time.sleep(0.005)
 
     with Queue(shared_db, queue_name, pool_size=4) as setup:
-        setup.set_channel("limited", max_concurrency=3, retain_completed=True)
-        setup.set_channel("shared", retain_completed=True)
+        setup.channel_set("limited", max_concurrency=3, retain_completed=True)
+        setup.channel_set("shared", retain_completed=True)
         jobs = [{"slow": False, "raise": False}] * N_FAST + [
             {"slow": True, "raise": n % 2 == 0} for n in range(N_SLOW)
         ]
@@ -173,7 +173,7 @@ def test_worker_gets_back_its_own_expired_message(shared_db: str, queue_name: st
 
     try:
         with Queue(shared_db, queue_name, pool_size=6) as queue:
-            queue.set_channel("own", retain_completed=True)
+            queue.channel_set("own", retain_completed=True)
             created = queue.create("x", channel="own").id
             worker = Worker(
                 queue,
@@ -212,7 +212,7 @@ def test_a_frozen_worker_process_is_fenced_off_when_it_wakes(
     with Queue(shared_db, queue_name, pool_size=2) as queue:
         channels = [f"f{n}" for n in range(8)]
         for c in channels:
-            queue.set_channel(c, max_concurrency=2, retain_completed=True)
+            queue.channel_set(c, max_concurrency=2, retain_completed=True)
         results = queue.create_batch(
             [json.dumps({"sleep_ms": 150})] * 240, channels=[channels[n % 8] for n in range(240)]
         )

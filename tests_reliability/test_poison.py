@@ -29,8 +29,8 @@ def test_poison_message_is_dead_lettered_and_its_channel_flows(
     shared_db: str, queue_name: str, workers: Callable[..., WorkerProcess]
 ) -> None:
     with Queue(shared_db, queue_name, pool_size=2) as queue:
-        queue.set_channel("tenant", max_concurrency=2, max_attempts=3, retain_completed=True)
-        queue.set_channel("other", retain_completed=True)
+        queue.channel_set("tenant", max_concurrency=2, max_attempts=3, retain_completed=True)
+        queue.channel_set("other", retain_completed=True)
         before = queue.create_batch([json.dumps({"sleep_ms": 20})] * 5, channel="tenant")
         poison = queue.create(json.dumps({"crash": True}), channel="tenant").id
         assert poison is not None

@@ -128,12 +128,12 @@ def seed(owner_dsn: str, queue: str) -> tuple[int, int]:
     """A channel with a policy, two messages and one failed archive row; returns
     (pending id, archive id)."""
     with Queue(owner_dsn, queue, pool_size=1) as q:
-        q.set_channel("acme", max_concurrency=3)
+        q.channel_set("acme", max_concurrency=3)
         q.create("secret one", channel="acme")
         pending = q.create("secret two", channel="acme").id
         [m] = q.dequeue(lock_ms=60_000)
         assert m.fail("seed") == "failed"
-        archive_id = q.archived()[0].id
+        archive_id = q.message_archive()[0].id
     assert pending is not None
     return pending, archive_id
 
@@ -141,8 +141,8 @@ def seed(owner_dsn: str, queue: str) -> tuple[int, int]:
 def every_call(q: Queue, pending: int, archive_id: int) -> dict[str, Callable[[], object]]:
     """Every Queue method, with arguments that would work for a privileged role."""
     return {
-        "set_channel": lambda: q.set_channel("acme", max_concurrency=100),
-        "delete_channel": lambda: q.delete_channel("acme"),
+        "channel_set": lambda: q.channel_set("acme", max_concurrency=100),
+        "channel_delete": lambda: q.channel_delete("acme"),
         "create": lambda: q.create("x", channel="acme"),
         "create_batch": lambda: q.create_batch(["x"], channel="acme"),
         "dequeue": lambda: q.dequeue(lock_ms=1000),
@@ -152,11 +152,11 @@ def every_call(q: Queue, pending: int, archive_id: int) -> dict[str, Callable[[]
         "heartbeat": lambda: q.heartbeat(pending, 1, 1000),
         "fail": lambda: q.fail(pending, 1),
         "cancel": lambda: q.cancel(pending),
-        "archived": lambda: q.archived(),
-        "requeue": lambda: q.requeue(archive_id),
-        "prune_archive": lambda: q.prune_archive(timedelta(0)),
+        "message_archive": lambda: q.message_archive(),
+        "archive_requeue": lambda: q.archive_requeue(archive_id),
+        "archive_prune": lambda: q.archive_prune(timedelta(0)),
         "wait_hint_ms": lambda: q.wait_hint_ms(),
-        "stats": lambda: q.stats(),
+        "queue_stats": lambda: q.queue_stats(),
         "channel_stats": lambda: q.channel_stats(),
         "verify": lambda: q.verify(),
     }
@@ -379,7 +379,7 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
     )
 
     with Queue(security_db["owner"], queue_name, pool_size=1) as owner_q:
-        owner_q.set_channel("work", max_concurrency=2)
+        owner_q.channel_set("work", max_concurrency=2)
         jobs = (
             [{"kind": "ok"}] * 20
             + [{"kind": "retry"}] * 3
@@ -446,11 +446,11 @@ def test_monitor_recipe(security_db: dict[str, str], queue_name: str) -> None:
     pending, archive_id = seed(security_db["owner"], queue_name)
     before = fingerprint(security_db["owner"])
     allowed = allowed_calls(security_db["monitor"], queue_name, pending, archive_id, skip=set())
-    assert allowed == {"archived", "wait_hint_ms", "stats", "channel_stats", "verify"}
+    assert allowed == {"message_archive", "wait_hint_ms", "queue_stats", "channel_stats", "verify"}
     with Queue(security_db["monitor"], queue_name, pool_size=1) as q:
-        assert q.stats().ready == 1 and q.stats().archived == 1
+        assert q.queue_stats().ready == 1 and q.queue_stats().archived == 1
         assert [(c.channel, c.max_concurrency) for c in q.channel_stats()] == [("acme", 3)]
-        assert [a.outcome for a in q.archived()] == ["failed"]
+        assert [a.outcome for a in q.message_archive()] == ["failed"]
         assert q.verify() == []
     status = cli(security_db["monitor"], "status", "--queue", queue_name)
     assert status.returncode == 0 and "acme" in status.stdout, status
@@ -495,7 +495,7 @@ def test_hostile_search_path_cannot_change_the_sql_api_from_python(
     with Queue(hostile_dsn, queue_name, pool_size=2) as q:
         with q.pool.connection() as conn:
             assert str(scalar(conn, "SHOW search_path")).startswith("hostile")
-        q.set_channel("c", max_concurrency=2)
+        q.channel_set("c", max_concurrency=2)
         created = [r.id for r in q.create_batch(["a", "b", "c"], channel="c") if r.id is not None]
         assert len(created) == 3
         [m1, m2] = q.dequeue(lock_ms=60_000, max_messages=5)
@@ -510,7 +510,19 @@ def test_hostile_search_path_cannot_change_the_client_queries(
 ) -> None:
     with Queue(hostile_dsn, queue_name, pool_size=2) as q:
         q.create("a", channel="c")
-        assert q.stats().ready == 1
+        assert q.queue_stats().ready == 1
         assert [c.channel for c in q.channel_stats()] == ["c"]
-        assert q.archived() == []
+        assert q.message_archive() == []
         assert q.verify() == []
+
+
+def test_hostile_search_path_cannot_change_the_cli_status(
+    hostile_dsn: str, queue_name: str
+) -> None:
+    """``lonnymq status`` reads through Queue, so the same qualified queries serve it."""
+    with Queue(hostile_dsn, queue_name, pool_size=1) as q:
+        q.create("a", channel="c")
+    result = cli(hostile_dsn, "status")
+    assert result.returncode == 0, result.stderr
+    assert f"queue {queue_name}: 1 channels, 1 ready" in result.stdout
+    assert "decoy" not in result.stdout and "hijacked" not in result.stderr

@@ -49,7 +49,7 @@ def test_sigkilled_workers_lose_nothing_and_never_exceed_limits(
     created: set[int] = set()
     with Queue(shared_db, queue_name, pool_size=4) as queue:
         for c in channels:
-            queue.set_channel(
+            queue.channel_set(
                 c,
                 max_concurrency=LIMIT,
                 retain_completed=True,

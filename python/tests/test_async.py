@@ -27,7 +27,7 @@ async def wait_until(condition: Any, timeout: float = 10.0) -> None:
 
 
 async def test_every_call_and_status(aqueue: AsyncQueue) -> None:
-    policy = await aqueue.set_channel("c", max_concurrency=4, max_size=10)
+    policy = await aqueue.channel_set("c", max_concurrency=4, max_size=10)
     assert policy.max_concurrency == 4 and policy.max_size == 10
     first = await aqueue.create({"n": 1}, channel="c", dedup_key="k")
     assert (await aqueue.create("dup", channel="c", dedup_key="k")).id == first.id
@@ -51,14 +51,14 @@ async def test_every_call_and_status(aqueue: AsyncQueue) -> None:
     assert batch[3].id is not None
     assert await aqueue.cancel(batch[3].id) == "cancelled"
     assert m2.id is not None and await aqueue.cancel(m2.id) == "cancelled"
-    [archived] = await aqueue.archived(outcome="failed")
+    [archived] = await aqueue.message_archive(outcome="failed")
     assert archived.error == "nope"
-    assert (await aqueue.requeue(archived.id)).status == "created"
-    stats = await aqueue.stats()
+    assert (await aqueue.archive_requeue(archived.id)).status == "created"
+    stats = await aqueue.queue_stats()
     assert (stats.ready, stats.locked) == (1, 0)
     assert [c.channel for c in await aqueue.channel_stats()] == ["c"]
-    assert await aqueue.prune_archive(timedelta(days=1)) == 0
-    assert await aqueue.delete_channel("c") == "not_empty"
+    assert await aqueue.archive_prune(timedelta(days=1)) == 0
+    assert await aqueue.channel_delete("c") == "not_empty"
     assert await aqueue.verify() == []
 
 
@@ -94,7 +94,7 @@ async def test_worker_retries_backs_off_and_fails(aqueue: AsyncQueue) -> None:
     worker.stop()
     await asyncio.wait_for(task, 10)
     assert sorted(seen) == [("ok", 1), ("poison", 1), ("poison", 2), ("retry", 1), ("retry", 2)]
-    [failed] = await aqueue.archived(outcome="failed")
+    [failed] = await aqueue.message_archive(outcome="failed")
     assert failed.error is not None and failed.error.startswith("RuntimeError: always")
 
 

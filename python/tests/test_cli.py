@@ -45,7 +45,7 @@ def test_install_sql_only_works_without_the_extension(
     assert "as plain SQL" in capsys.readouterr().out
     assert not extension_installed(dsn)
     with Queue(dsn, "plain") as queue:
-        queue.set_channel("t", max_concurrency=1)
+        queue.channel_set("t", max_concurrency=1)
         assert queue.create({"x": 1}, channel="t").status == "created"
         [message] = queue.dequeue(lock_ms=5000)
         assert message.json() == {"x": 1} and message.complete() == "completed"
@@ -69,7 +69,7 @@ def test_send_and_status(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", dsn)  # the environment works as well as --dsn
-    queue.set_channel("acme", max_concurrency=2, release_interval_ms=100)
+    queue.channel_set("acme", max_concurrency=2, release_interval_ms=100)
     assert main(["send", queue.name, "hello", "--channel", "acme", "--dedup-key", "d"]) == 0
     first = capsys.readouterr().out.split()
     assert first[0] == "created"
@@ -77,7 +77,9 @@ def test_send_and_status(
     assert capsys.readouterr().out.split() == ["deduplicated", first[1]]
     assert main(["send", queue.name, "later", "--delay-ms", "60000"]) == 0
     capsys.readouterr()
-    assert main(["status", "--queue", queue.name]) == 0
+    # The common options work after the command too, as a new user types them.
+    monkeypatch.delenv("DATABASE_URL")
+    assert main(["status", "--queue", queue.name, "--dsn", dsn]) == 0
     out = capsys.readouterr().out
     assert f"queue {queue.name}: 1 channels, 1 ready, 1 scheduled, 0 locked" in out
     acme = next(line for line in out.splitlines() if line.startswith("acme"))
@@ -190,7 +192,7 @@ def test_enqueue_streams_from_a_pipe(dsn: str, queue: Queue) -> None:
     )
     assert result.returncode == 0, result
     assert result.stdout.strip() == "5 created"
-    assert queue.stats().ready == 5
+    assert queue.queue_stats().ready == 5
 
 
 def test_enqueue_says_what_was_committed_and_a_rerun_resumes(
@@ -203,7 +205,7 @@ def test_enqueue_says_what_was_committed_and_a_rerun_resumes(
     err = capsys.readouterr().err
     # Batches of two: lines 1-2 and 3-4 committed, line 5 pending with the bad line 6.
     assert "line 6:" in err and "lines 1-4 are committed (4 created)" in err, err
-    assert queue.stats().ready == 4
+    assert queue.queue_stats().ready == 4
     # Fixed in place and run again: the committed batches are recognised, not repeated.
     data.write_text(
         "\n".join([*good[:5], json.dumps({"content": "fixed", "channel": "c"}), *good[5:]]) + "\n"
@@ -251,3 +253,29 @@ def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
     assert len(lines) == 2, lines
     assert "created\\x1b[2J" in lines[0] and "queue=evil\\nqueue fake" in lines[0]
     assert "payload=not json\\nforged line" in lines[1]
+
+def test_dsn_after_the_command_wins_over_none_before(
+    dsn: str, queue: Queue, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert main(["send", queue.name, "hi", "--dsn", dsn]) == 0
+    assert capsys.readouterr().out.startswith("created ")
+    assert main(["--dsn", dsn, "status", "--queue", queue.name]) == 0
+    assert f"queue {queue.name}: 0 channels, 1 ready" in capsys.readouterr().out
+    # Before and after: the one after the command is the one used.
+    assert main(["--dsn", "host=/nonexistent", "send", queue.name, "b", "--dsn", dsn]) == 0
+    assert queue.queue_stats().ready == 2
+
+
+def test_status_lists_every_queue(
+    dsn: str, queue: Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queue.create("x", channel="a")
+    with Queue(dsn, queue.name + "_other") as other:
+        other.create("y")
+        assert main(["--dsn", dsn, "status"]) == 0
+        out = capsys.readouterr().out
+        assert f"queue {queue.name}: 1 channels, 1 ready" in out
+        assert f"queue {other.name}: 0 channels, 1 ready" in out
+        [message] = other.dequeue(lock_ms=1000)
+        assert message.complete() == "completed"

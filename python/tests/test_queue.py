@@ -52,7 +52,7 @@ def test_dedup_key_returns_live_duplicate(queue: Queue) -> None:
 
 
 def test_channel_policy_and_max_size(queue: Queue) -> None:
-    channel = queue.set_channel(
+    channel = queue.channel_set(
         "small",
         max_concurrency=2,
         release_interval_ms=5,
@@ -74,12 +74,12 @@ def test_channel_policy_and_max_size(queue: Queue) -> None:
 
 
 def test_delete_channel_statuses(queue: Queue) -> None:
-    queue.set_channel("empty", max_concurrency=1)
-    queue.set_channel("busy", max_concurrency=1)
+    queue.channel_set("empty", max_concurrency=1)
+    queue.channel_set("busy", max_concurrency=1)
     queue.create("x", channel="busy")
-    assert queue.delete_channel("empty") == "deleted"
-    assert queue.delete_channel("empty") == "not_found"
-    assert queue.delete_channel("busy") == "not_empty"
+    assert queue.channel_delete("empty") == "deleted"
+    assert queue.channel_delete("empty") == "not_found"
+    assert queue.channel_delete("busy") == "not_empty"
 
 
 def test_priority_runs_first_and_delay_waits(queue: Queue) -> None:
@@ -191,31 +191,31 @@ def test_fail_archives_and_requeue(queue: Queue) -> None:
     [m] = queue.dequeue(lock_ms=10_000)
     assert m.fail("boom") == "failed"
     assert m.fail("again") == "not_found"
-    [archived] = queue.archived(outcome="failed")
+    [archived] = queue.message_archive(outcome="failed")
     assert (archived.message_id, archived.outcome, archived.error) == (m.id, "failed", "boom")
     assert archived.json() == {"job": 1} and archived.channel == "c"
-    requeued = queue.requeue(archived.id)
+    requeued = queue.archive_requeue(archived.id)
     assert requeued.status == "created" and requeued.id is not None
     [again] = queue.dequeue(lock_ms=10_000)
     assert again.id == requeued.id and again.json() == {"job": 1}
 
 
 def test_max_attempts_dead_letters(queue: Queue) -> None:
-    queue.set_channel("strict", max_attempts=1)
+    queue.channel_set("strict", max_attempts=1)
     queue.create("poison", channel="strict")
     [m] = queue.dequeue(lock_ms=10_000)
     assert m.defer() == "deferred"
     assert queue.dequeue(lock_ms=10_000) == []
-    [dead] = queue.archived(outcome="dead")
+    [dead] = queue.message_archive(outcome="dead")
     assert dead.message_id == m.id and dead.num_attempts == 1
 
 
 def test_retain_completed(queue: Queue) -> None:
-    queue.set_channel("kept", retain_completed=True)
+    queue.channel_set("kept", retain_completed=True)
     queue.create("done", channel="kept")
     [m] = queue.dequeue(lock_ms=10_000)
     assert m.complete() == "completed"
-    [archived] = queue.archived()
+    [archived] = queue.message_archive()
     assert archived.outcome == "completed" and archived.content == b"done"
 
 
@@ -230,13 +230,13 @@ def test_cancel_statuses(queue: Queue) -> None:
 
 
 def test_stats(queue: Queue) -> None:
-    assert queue.stats().ready == 0
-    queue.set_channel("limited", max_concurrency=3)
+    assert queue.queue_stats().ready == 0
+    queue.channel_set("limited", max_concurrency=3)
     queue.create_batch(["a", "b"], channel="limited")
     queue.create("free")
     queue.create("later", channel="limited", delay_ms=60_000)
     queue.dequeue(lock_ms=10_000)
-    stats = queue.stats()
+    stats = queue.queue_stats()
     assert (stats.ready, stats.scheduled, stats.locked) == (2, 1, 1)
     by_channel = {c.channel: c for c in queue.channel_stats()}
     assert by_channel["limited"].max_concurrency == 3
@@ -248,9 +248,9 @@ def test_prune_archive_and_verify(queue: Queue) -> None:
     queue.create("x")
     [m] = queue.dequeue(lock_ms=10_000)
     m.fail()
-    assert queue.prune_archive(timedelta(days=1)) == 0
-    assert queue.prune_archive(timedelta(0)) >= 1
-    assert queue.archived() == []
+    assert queue.archive_prune(timedelta(days=1)) == 0
+    assert queue.archive_prune(timedelta(0)) >= 1
+    assert queue.message_archive() == []
     assert queue.verify() == []
 
 
@@ -263,7 +263,7 @@ def test_invalid_arguments_raise_22023(queue: Queue) -> None:
 def test_schedule_needs_pg_cron(queue: Queue) -> None:
     # The test database has no pg_cron: the extension must say so clearly.
     with pytest.raises(psycopg.Error, match="pg_cron"):
-        queue.schedule("nightly", "0 3 * * *", "run")
+        queue.schedule_set("nightly", "0 3 * * *", "run")
 
 
 def test_queue_on_a_callers_pool(dsn: str, queue_name: str) -> None:
@@ -279,3 +279,80 @@ def test_queue_on_a_callers_pool(dsn: str, queue_name: str) -> None:
         assert done == [b"via pool"]
         queue.close()  # the caller owns the pool: it stays open
         assert not pool.closed
+
+
+# Queue methods that call a message_* SQL function drop the prefix (the names the Python
+# API has always had); every other method is named exactly like its SQL function or view.
+MESSAGE_VERBS = {
+    "create",
+    "create_batch",
+    "dequeue",
+    "complete",
+    "complete_batch",
+    "defer",
+    "heartbeat",
+    "fail",
+    "cancel",
+}
+DEPRECATED = {
+    "set_channel": "channel_set",
+    "delete_channel": "channel_delete",
+    "archived": "message_archive",
+    "requeue": "archive_requeue",
+    "prune_archive": "archive_prune",
+    "stats": "queue_stats",
+    "schedule": "schedule_set",
+    "unschedule": "schedule_delete",
+}
+# waiting() is a context manager around wait_begin: the announcement lasts while it runs.
+NOT_SQL = {"close", "conninfo", "waiting"}
+
+
+def test_method_names_mirror_the_sql(db: psycopg.Connection[Any]) -> None:
+    sql_names = {
+        str(r[0])
+        for r in db.execute(
+            "SELECT proname FROM pg_proc WHERE pronamespace = 'lonnymq'::regnamespace "
+            "UNION SELECT relname FROM pg_class WHERE relnamespace = 'lonnymq'::regnamespace "
+            "AND relkind IN ('v', 'r')"
+        ).fetchall()
+    }
+    methods = {m for m in dir(Queue) if not m.startswith("_")} - NOT_SQL - set(DEPRECATED)
+    for method in methods:
+        sql_name = f"message_{method}" if method in MESSAGE_VERBS else method
+        assert sql_name in sql_names, f"Queue.{method} is not named after an SQL call"
+    assert set(DEPRECATED.values()) <= methods
+
+
+def test_names_of_1_0_work_and_warn(queue: Queue) -> None:
+    with pytest.warns(DeprecationWarning, match=r"set_channel .* use channel_set"):
+        assert queue.set_channel("old", max_concurrency=2).max_concurrency == 2
+    created = queue.create("x", channel="old")
+    with pytest.warns(DeprecationWarning, match="use queue_stats"):
+        assert queue.stats().ready == 1
+    [message] = queue.dequeue(lock_ms=10_000)
+    assert message.fail("boom") == "failed"
+    with pytest.warns(DeprecationWarning, match="use message_archive"):
+        [archived] = queue.archived(outcome="failed")
+    assert archived.message_id == created.id
+    with pytest.warns(DeprecationWarning, match="use archive_requeue"):
+        assert queue.requeue(archived.id).status == "created"
+    [again] = queue.dequeue(lock_ms=10_000)
+    assert again.fail("boom again") == "failed"
+    with pytest.warns(DeprecationWarning, match="use archive_prune"):
+        assert queue.prune_archive(timedelta(0)) >= 1  # every queue's archive
+    assert queue.message_archive() == []
+    queue.create("y", channel="old")
+    with pytest.warns(DeprecationWarning, match="use channel_delete"):
+        assert queue.delete_channel("old") == "not_empty"
+    # The test database has no pg_cron: the old names still reach the SQL, which says so.
+    with (
+        pytest.warns(DeprecationWarning, match="use schedule_set"),
+        pytest.raises(psycopg.Error, match="pg_cron"),
+    ):
+        queue.schedule("nightly", "0 3 * * *", "run")
+    with (
+        pytest.warns(DeprecationWarning, match="use schedule_delete"),
+        pytest.raises(psycopg.Error, match="pg_cron"),
+    ):
+        queue.unschedule("nightly")

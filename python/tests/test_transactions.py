@@ -37,7 +37,7 @@ def test_complete_with_business_write_commits_together(
         conn.execute("INSERT INTO pytest_orders VALUES (%s)", (m.json()["order"],))
         assert m.complete(conn=conn) == "completed"
     assert db.execute("SELECT id FROM pytest_orders").fetchall() == [(7,)]
-    assert queue.stats().ready == 0 and queue.stats().locked == 0
+    assert queue.queue_stats().ready == 0 and queue.queue_stats().locked == 0
 
 
 def test_rollback_undoes_dequeue_and_complete(
@@ -57,7 +57,7 @@ def test_rollback_undoes_dequeue_and_complete(
 
 def test_every_action_accepts_conn(dsn: str, queue: Queue) -> None:
     with psycopg.connect(dsn) as conn, conn.transaction():
-        queue.set_channel("c", max_concurrency=5, conn=conn)
+        queue.channel_set("c", max_concurrency=5, conn=conn)
         queue.create_batch(["a", "b", "c", "d"], channel="c", conn=conn)
         a, b, c, d = queue.dequeue(lock_ms=10_000, max_messages=4, conn=conn)
         assert a.heartbeat(20_000, conn=conn) == "extended"
@@ -66,10 +66,10 @@ def test_every_action_accepts_conn(dsn: str, queue: Queue) -> None:
         assert c.fail("x", conn=conn) == "failed"
         assert [r.status for r in queue.complete_batch([d], conn=conn)] == ["completed"]
         assert queue.wait_hint_ms(conn=conn) is not None
-        assert queue.stats(conn=conn).scheduled == 1
+        assert queue.queue_stats(conn=conn).scheduled == 1
         assert len(queue.channel_stats(conn=conn)) == 1
-        [archived] = queue.archived(conn=conn)
-        assert queue.requeue(archived.id, conn=conn).status == "created"
+        [archived] = queue.message_archive(conn=conn)
+        assert queue.archive_requeue(archived.id, conn=conn).status == "created"
         assert queue.verify(conn=conn) == []
         assert b.id is not None and queue.cancel(b.id, conn=conn) == "cancelled"
 

@@ -57,7 +57,7 @@ def test_until_idle_completes_everything(queue: Queue) -> None:
     worker.run(until_idle=True)
     assert sorted(seen) == list(range(6))
     assert worker.counts["completed"] == 6
-    assert queue.stats().ready == 0 and queue.stats().locked == 0
+    assert queue.queue_stats().ready == 0 and queue.queue_stats().locked == 0
 
 
 def test_retry_defers_with_state(queue: Queue) -> None:
@@ -85,8 +85,8 @@ def test_exception_backs_off_then_fails(queue: Queue, start_worker: Any) -> None
 
     worker = Worker(queue, handler, max_attempts=3, backoff=FAST_BACKOFF)
     start_worker(worker)
-    wait_for(lambda: queue.archived(outcome="failed"), what="the message to be failed")
-    [archived] = queue.archived(outcome="failed")
+    wait_for(lambda: queue.message_archive(outcome="failed"), what="the message to be failed")
+    [archived] = queue.message_archive(outcome="failed")
     assert archived.num_attempts == 3
     assert archived.error is not None and archived.error.startswith("ValueError: bad input")
     assert len(attempts) == 3

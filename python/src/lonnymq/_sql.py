@@ -1,28 +1,20 @@
 """The SQL the clients send, shared by the sync and asyncio twins.
 
-Every call uses named notation (the SPEC §4 parameter names are binding) with explicit casts,
-so NULL arguments resolve to the right types and a renamed parameter fails loudly. Types and
-operators are schema-qualified, so look-alikes on the caller's search_path cannot step in. Types and
-operators are schema-qualified, so look-alikes on the caller's search_path cannot step in.
+Every call uses named notation (the SQL API's parameter names are binding, README "A tour
+in SQL") with explicit casts, so NULL arguments resolve to the right types and a renamed
+parameter fails loudly. Types and operators are schema-qualified, so look-alikes on the
+caller's search_path cannot step in. Result columns are named like the fields of the
+dataclass a row becomes (psycopg row factories map them by name, never by position).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-
-from .models import (
-    ArchivedMessage,
-    Channel,
-    ChannelStats,
-    CompleteResult,
-    CreateResult,
-    QueueStats,
-)
 
 # channel_set returns the channel table row: pick the policy columns by name.
 CHANNEL_SET = """
-SELECT name, max_concurrency, release_interval_ms, max_size, max_attempts, retain_completed
+SELECT name AS channel, max_concurrency, release_interval_ms, max_size, max_attempts,
+       retain_completed
   FROM lonnymq.channel_set(
        queue => %s::pg_catalog.text,
        channel => %s::pg_catalog.text,
@@ -128,6 +120,11 @@ SELECT lonnymq.schedule_set(
 
 SCHEDULE_DELETE = "SELECT lonnymq.schedule_delete(name => %s::pg_catalog.text)"
 
+# Every queue with messages or an archive, for ``lonnymq status`` without ``--queue``.
+QUEUE_NAMES = """
+SELECT queue FROM lonnymq.queue_stats ORDER BY queue
+"""
+
 QUEUE_STATS = """
 SELECT queue, channels, ready, scheduled, locked, archived
   FROM lonnymq.queue_stats
@@ -142,7 +139,7 @@ SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interv
  ORDER BY channel NULLS FIRST
 """
 
-ARCHIVE_LIST = """
+MESSAGE_ARCHIVE = """
 SELECT id, message_id, queue, channel, content, state, num_attempts, outcome, error,
        created_at, archived_at
   FROM lonnymq.message_archive
@@ -151,60 +148,6 @@ SELECT id, message_id, queue, channel, content, state, num_attempts, outcome, er
  ORDER BY id DESC
  LIMIT %s::pg_catalog.int4
 """
-
-Row = tuple[Any, ...]
-
-
-def channel(queue: str, row: Row) -> Channel:
-    return Channel(
-        queue=queue,
-        channel=row[0],
-        max_concurrency=row[1],
-        release_interval_ms=int(row[2] or 0),
-        max_size=row[3],
-        max_attempts=row[4],
-        retain_completed=bool(row[5]),
-    )
-
-
-def create_result(row: Row) -> CreateResult:
-    return CreateResult(status=row[0], id=row[1])
-
-
-def complete_result(row: Row) -> CompleteResult:
-    return CompleteResult(id=row[0], status=row[1])
-
-
-def message_data(queue: str, row: Row) -> dict[str, Any]:
-    """Keyword arguments for Message/AsyncMessage from one dequeue row."""
-    return {
-        "id": row[0],
-        "queue": queue,
-        "channel": row[1],
-        "content": bytes(row[2]),
-        "state": None if row[3] is None else bytes(row[3]),
-        "num_attempts": row[4],
-        "dequeue_at": row[5],
-        "recovered": bool(row[6]),
-    }
-
-
-def queue_stats(queue: str, row: Row | None) -> QueueStats:
-    # A queue with no messages and no archive has no row: report zeros, not an error.
-    if row is None:
-        return QueueStats(queue=queue, channels=0, ready=0, scheduled=0, locked=0, archived=0)
-    return QueueStats(*row)
-
-
-def channel_stats(row: Row) -> ChannelStats:
-    return ChannelStats(*row)
-
-
-def archived_message(row: Row) -> ArchivedMessage:
-    values = list(row)
-    values[4] = bytes(values[4])
-    values[5] = None if values[5] is None else bytes(values[5])
-    return ArchivedMessage(*values)
 
 
 def batch_arrays(

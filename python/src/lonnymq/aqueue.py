@@ -11,13 +11,16 @@ commits. The client never creates the extension: run ``lonnymq install`` once in
 from __future__ import annotations
 
 import asyncio  # ASYNC
-from collections.abc import AsyncIterator, Sequence
+import functools
+import warnings
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
+from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
@@ -32,6 +35,8 @@ from .models import (
     CreateResult,
     QueueStats,
 )
+
+T = TypeVar("T")
 
 if True:  # ASYNC  # noqa: SIM108 (async_to_sync.py keeps the else branch in queue.py)
     # An async pool can only open inside a running event loop: one this queue creates
@@ -115,21 +120,31 @@ class AsyncQueue:
                 yield pooled
 
     async def _rows(
-        self, query: str, params: Sequence[Any], conn: AsyncConnection[Any] | None
-    ) -> list[Any]:
-        async with self._connection(conn) as c:
-            cursor = await c.execute(query, params)
+        self,
+        query: str,
+        params: Sequence[Any],
+        conn: AsyncConnection[Any] | None,
+        row_factory: BaseRowFactory[T],
+    ) -> list[T]:
+        """The rows of one statement, each made by ``row_factory`` from its named columns."""
+        async with self._connection(conn) as c, c.cursor(row_factory=row_factory) as cursor:
+            await cursor.execute(query, params)
             return await cursor.fetchall()
 
     async def _scalar(
         self, query: str, params: Sequence[Any], conn: AsyncConnection[Any] | None
     ) -> Any:
-        rows = await self._rows(query, params, conn)
+        """The one value of a statement that returns one row of one column."""
+        rows = await self._rows(query, params, conn, tuple_row)
         return rows[0][0]
+
+    def _in_queue(self, cls: Callable[..., T]) -> BaseRowFactory[T]:
+        """Rows of ``cls``, whose ``queue`` field is this queue's name."""
+        return kwargs_row(functools.partial(cls, queue=self.name))
 
     # -- channels ---------------------------------------------------------------------------
 
-    async def set_channel(
+    async def channel_set(
         self,
         channel: str,
         *,
@@ -140,7 +155,7 @@ class AsyncQueue:
         retain_completed: bool = False,
         conn: AsyncConnection[Any] | None = None,
     ) -> Channel:
-        """Create or replace a channel's policy (``channel_set``)."""
+        """Create or replace a channel's policy."""
         rows = await self._rows(
             _sql.CHANNEL_SET,
             (
@@ -153,13 +168,14 @@ class AsyncQueue:
                 retain_completed,
             ),
             conn,
+            self._in_queue(Channel),
         )
-        return _sql.channel(self.name, rows[0])
+        return rows[0]
 
-    async def delete_channel(
+    async def channel_delete(
         self, channel: str, *, conn: AsyncConnection[Any] | None = None
     ) -> str:
-        """``deleted``, ``not_found`` or ``not_empty`` (``channel_delete``)."""
+        """``deleted``, ``not_found`` or ``not_empty``."""
         return str(await self._scalar(_sql.CHANNEL_DELETE, (self.name, channel), conn))
 
     # -- producing --------------------------------------------------------------------------
@@ -190,8 +206,9 @@ class AsyncQueue:
                 encode_optional(state),
             ),
             conn,
+            class_row(CreateResult),
         )
-        return _sql.create_result(rows[0])
+        return rows[0]
 
     async def create_batch(
         self,
@@ -216,12 +233,12 @@ class AsyncQueue:
             None if dequeue_ats is None else list(dequeue_ats),
             None if dedup_keys is None else list(dedup_keys),
         )
-        rows = await self._rows(
+        return await self._rows(
             _sql.MESSAGE_CREATE_BATCH,
             (self.name, chans, [encode(c) for c in contents], ats, keys, idempotency_key),
             conn,
+            class_row(CreateResult),
         )
-        return [_sql.create_result(r) for r in rows]
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -229,8 +246,12 @@ class AsyncQueue:
         self, *, lock_ms: int, max_messages: int = 1, conn: AsyncConnection[Any] | None = None
     ) -> list[AsyncMessage]:
         """Lock up to ``max_messages`` ready messages for ``lock_ms``, fairly across channels."""
-        rows = await self._rows(_sql.MESSAGE_DEQUEUE, (self.name, lock_ms, max_messages), conn)
-        return [AsyncMessage(**_sql.message_data(self.name, r), _queue=self) for r in rows]
+        return await self._rows(
+            _sql.MESSAGE_DEQUEUE,
+            (self.name, lock_ms, max_messages),
+            conn,
+            kwargs_row(functools.partial(AsyncMessage, queue=self.name, _queue=self)),
+        )
 
     async def complete(
         self, id: int, num_attempts: int, *, conn: AsyncConnection[Any] | None = None
@@ -241,12 +262,12 @@ class AsyncQueue:
         self, messages: Sequence[AsyncMessage], *, conn: AsyncConnection[Any] | None = None
     ) -> list[CompleteResult]:
         """Complete many delivered messages in one call."""
-        rows = await self._rows(
+        return await self._rows(
             _sql.MESSAGE_COMPLETE_BATCH,
             ([m.id for m in messages], [m.num_attempts for m in messages]),
             conn,
+            class_row(CompleteResult),
         )
-        return [_sql.complete_result(r) for r in rows]
 
     async def defer(
         self,
@@ -288,7 +309,7 @@ class AsyncQueue:
 
     # -- archive ----------------------------------------------------------------------------
 
-    async def archived(
+    async def message_archive(
         self,
         *,
         outcome: str | None = None,
@@ -296,17 +317,21 @@ class AsyncQueue:
         conn: AsyncConnection[Any] | None = None,
     ) -> list[ArchivedMessage]:
         """The newest archived messages of this queue, optionally of one outcome."""
-        rows = await self._rows(_sql.ARCHIVE_LIST, (self.name, outcome, outcome, limit), conn)
-        return [_sql.archived_message(r) for r in rows]
+        return await self._rows(
+            _sql.MESSAGE_ARCHIVE,
+            (self.name, outcome, outcome, limit),
+            conn,
+            class_row(ArchivedMessage),
+        )
 
-    async def requeue(
+    async def archive_requeue(
         self, archive_id: int, *, conn: AsyncConnection[Any] | None = None
     ) -> CreateResult:
-        """Re-create an archived message (``archive_requeue``)."""
-        rows = await self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn)
-        return _sql.create_result(rows[0])
+        """Re-create an archived message."""
+        rows = await self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn, class_row(CreateResult))
+        return rows[0]
 
-    async def prune_archive(
+    async def archive_prune(
         self, older_than: timedelta, *, conn: AsyncConnection[Any] | None = None
     ) -> int:
         """Delete archive rows older than ``older_than`` (all queues); returns the count."""
@@ -328,33 +353,32 @@ class AsyncQueue:
         LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
         connection held for the block (no transaction stays open); no wake-up is lost (see
         ``lonnymq.wait_begin``)."""
-        async with self.pool.connection() as c:
-            value = await (await c.execute(_sql.WAIT_BEGIN, (self.name,))).fetchone()
+        async with self._connection(None) as c:
+            value = await self._scalar(_sql.WAIT_BEGIN, (self.name,), c)
             await c.commit()
             try:
-                yield None if value is None or value[0] is None else int(value[0])
+                yield None if value is None else int(value)
             finally:
-                await c.execute(_sql.WAIT_END, (self.name,))
+                await self._scalar(_sql.WAIT_END, (self.name,), c)
                 await c.commit()
 
-    async def stats(self, *, conn: AsyncConnection[Any] | None = None) -> QueueStats:
-        rows = await self._rows(_sql.QUEUE_STATS, (self.name,), conn)
-        return _sql.queue_stats(self.name, rows[0] if rows else None)
+    async def queue_stats(self, *, conn: AsyncConnection[Any] | None = None) -> QueueStats:
+        rows = await self._rows(_sql.QUEUE_STATS, (self.name,), conn, class_row(QueueStats))
+        # A queue with no messages and no archive has no row: zeros, not an error.
+        return rows[0] if rows else QueueStats(self.name, 0, 0, 0, 0, 0)
 
     async def channel_stats(
         self, *, conn: AsyncConnection[Any] | None = None
     ) -> list[ChannelStats]:
-        return [
-            _sql.channel_stats(r) for r in await self._rows(_sql.CHANNEL_STATS, (self.name,), conn)
-        ]
+        return await self._rows(_sql.CHANNEL_STATS, (self.name,), conn, class_row(ChannelStats))
 
     async def verify(self, *, conn: AsyncConnection[Any] | None = None) -> list[str]:
         """Broken invariants of the whole installation; empty when healthy."""
-        return [str(r[0]) for r in await self._rows(_sql.VERIFY, (), conn)]
+        return [str(r[0]) for r in await self._rows(_sql.VERIFY, (), conn, tuple_row)]
 
     # -- pg_cron schedules ------------------------------------------------------------------
 
-    async def schedule(
+    async def schedule_set(
         self,
         name: str,
         cron: str,
@@ -362,9 +386,65 @@ class AsyncQueue:
         *,
         channel: str | None = None,
         conn: AsyncConnection[Any] | None = None,
-    ) -> None:
-        """Create a message on a cron schedule through pg_cron (``schedule_set``)."""
-        await self._rows(_sql.SCHEDULE_SET, (name, cron, self.name, channel, encode(content)), conn)
+    ) -> int:
+        """Create a message on a cron schedule through pg_cron; returns the pg_cron job id."""
+        return int(
+            await self._scalar(
+                _sql.SCHEDULE_SET, (name, cron, self.name, channel, encode(content)), conn
+            )
+        )
 
-    async def unschedule(self, name: str, *, conn: AsyncConnection[Any] | None = None) -> None:
-        await self._rows(_sql.SCHEDULE_DELETE, (name,), conn)
+    async def schedule_delete(self, name: str, *, conn: AsyncConnection[Any] | None = None) -> str:
+        """``deleted`` or ``not_found``."""
+        return str(await self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
+
+    # -- names of 1.0, deprecated: removed in 1.2 ------------------------------------------
+
+    async def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
+        """Deprecated name of ``channel_set``."""
+        _deprecated("set_channel", "channel_set")
+        return await self.channel_set(*args, **kwargs)
+
+    async def delete_channel(self, *args: Any, **kwargs: Any) -> str:
+        """Deprecated name of ``channel_delete``."""
+        _deprecated("delete_channel", "channel_delete")
+        return await self.channel_delete(*args, **kwargs)
+
+    async def archived(self, *args: Any, **kwargs: Any) -> list[ArchivedMessage]:
+        """Deprecated name of ``message_archive``."""
+        _deprecated("archived", "message_archive")
+        return await self.message_archive(*args, **kwargs)
+
+    async def requeue(self, *args: Any, **kwargs: Any) -> CreateResult:
+        """Deprecated name of ``archive_requeue``."""
+        _deprecated("requeue", "archive_requeue")
+        return await self.archive_requeue(*args, **kwargs)
+
+    async def prune_archive(self, *args: Any, **kwargs: Any) -> int:
+        """Deprecated name of ``archive_prune``."""
+        _deprecated("prune_archive", "archive_prune")
+        return await self.archive_prune(*args, **kwargs)
+
+    async def stats(self, *args: Any, **kwargs: Any) -> QueueStats:
+        """Deprecated name of ``queue_stats``."""
+        _deprecated("stats", "queue_stats")
+        return await self.queue_stats(*args, **kwargs)
+
+    async def schedule(self, *args: Any, **kwargs: Any) -> None:
+        """Deprecated name of ``schedule_set``."""
+        _deprecated("schedule", "schedule_set")
+        await self.schedule_set(*args, **kwargs)
+
+    async def unschedule(self, *args: Any, **kwargs: Any) -> None:
+        """Deprecated name of ``schedule_delete``."""
+        _deprecated("unschedule", "schedule_delete")
+        await self.schedule_delete(*args, **kwargs)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"AsyncQueue.{old} is deprecated and will be removed in lonnymq 1.2: use {new}, "
+        "named like the SQL function it calls",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -13,13 +13,16 @@ commits. The client never creates the extension: run ``lonnymq install`` once in
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import Connection
+from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from . import _sql
@@ -34,6 +37,8 @@ from .models import (
     CreateResult,
     QueueStats,
 )
+
+T = TypeVar("T")
 
 # A synchronous pool opens at once, so ``pool.connection()`` works before any call.
 _OPEN_AT_ONCE = True
@@ -96,18 +101,30 @@ class Queue:
             with self.pool.connection() as pooled:
                 yield pooled
 
-    def _rows(self, query: str, params: Sequence[Any], conn: Connection[Any] | None) -> list[Any]:
-        with self._connection(conn) as c:
-            cursor = c.execute(query, params)
+    def _rows(
+        self,
+        query: str,
+        params: Sequence[Any],
+        conn: Connection[Any] | None,
+        row_factory: BaseRowFactory[T],
+    ) -> list[T]:
+        """The rows of one statement, each made by ``row_factory`` from its named columns."""
+        with self._connection(conn) as c, c.cursor(row_factory=row_factory) as cursor:
+            cursor.execute(query, params)
             return cursor.fetchall()
 
     def _scalar(self, query: str, params: Sequence[Any], conn: Connection[Any] | None) -> Any:
-        rows = self._rows(query, params, conn)
+        """The one value of a statement that returns one row of one column."""
+        rows = self._rows(query, params, conn, tuple_row)
         return rows[0][0]
+
+    def _in_queue(self, cls: Callable[..., T]) -> BaseRowFactory[T]:
+        """Rows of ``cls``, whose ``queue`` field is this queue's name."""
+        return kwargs_row(functools.partial(cls, queue=self.name))
 
     # -- channels ---------------------------------------------------------------------------
 
-    def set_channel(
+    def channel_set(
         self,
         channel: str,
         *,
@@ -118,7 +135,7 @@ class Queue:
         retain_completed: bool = False,
         conn: Connection[Any] | None = None,
     ) -> Channel:
-        """Create or replace a channel's policy (``channel_set``)."""
+        """Create or replace a channel's policy."""
         rows = self._rows(
             _sql.CHANNEL_SET,
             (
@@ -131,11 +148,12 @@ class Queue:
                 retain_completed,
             ),
             conn,
+            self._in_queue(Channel),
         )
-        return _sql.channel(self.name, rows[0])
+        return rows[0]
 
-    def delete_channel(self, channel: str, *, conn: Connection[Any] | None = None) -> str:
-        """``deleted``, ``not_found`` or ``not_empty`` (``channel_delete``)."""
+    def channel_delete(self, channel: str, *, conn: Connection[Any] | None = None) -> str:
+        """``deleted``, ``not_found`` or ``not_empty``."""
         return str(self._scalar(_sql.CHANNEL_DELETE, (self.name, channel), conn))
 
     # -- producing --------------------------------------------------------------------------
@@ -166,8 +184,9 @@ class Queue:
                 encode_optional(state),
             ),
             conn,
+            class_row(CreateResult),
         )
-        return _sql.create_result(rows[0])
+        return rows[0]
 
     def create_batch(
         self,
@@ -192,12 +211,12 @@ class Queue:
             None if dequeue_ats is None else list(dequeue_ats),
             None if dedup_keys is None else list(dedup_keys),
         )
-        rows = self._rows(
+        return self._rows(
             _sql.MESSAGE_CREATE_BATCH,
             (self.name, chans, [encode(c) for c in contents], ats, keys, idempotency_key),
             conn,
+            class_row(CreateResult),
         )
-        return [_sql.create_result(r) for r in rows]
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -205,8 +224,12 @@ class Queue:
         self, *, lock_ms: int, max_messages: int = 1, conn: Connection[Any] | None = None
     ) -> list[Message]:
         """Lock up to ``max_messages`` ready messages for ``lock_ms``, fairly across channels."""
-        rows = self._rows(_sql.MESSAGE_DEQUEUE, (self.name, lock_ms, max_messages), conn)
-        return [Message(**_sql.message_data(self.name, r), _queue=self) for r in rows]
+        return self._rows(
+            _sql.MESSAGE_DEQUEUE,
+            (self.name, lock_ms, max_messages),
+            conn,
+            kwargs_row(functools.partial(Message, queue=self.name, _queue=self)),
+        )
 
     def complete(self, id: int, num_attempts: int, *, conn: Connection[Any] | None = None) -> str:
         return str(self._scalar(_sql.MESSAGE_COMPLETE, (id, num_attempts), conn))
@@ -215,12 +238,12 @@ class Queue:
         self, messages: Sequence[Message], *, conn: Connection[Any] | None = None
     ) -> list[CompleteResult]:
         """Complete many delivered messages in one call."""
-        rows = self._rows(
+        return self._rows(
             _sql.MESSAGE_COMPLETE_BATCH,
             ([m.id for m in messages], [m.num_attempts for m in messages]),
             conn,
+            class_row(CompleteResult),
         )
-        return [_sql.complete_result(r) for r in rows]
 
     def defer(
         self,
@@ -262,7 +285,7 @@ class Queue:
 
     # -- archive ----------------------------------------------------------------------------
 
-    def archived(
+    def message_archive(
         self,
         *,
         outcome: str | None = None,
@@ -270,15 +293,21 @@ class Queue:
         conn: Connection[Any] | None = None,
     ) -> list[ArchivedMessage]:
         """The newest archived messages of this queue, optionally of one outcome."""
-        rows = self._rows(_sql.ARCHIVE_LIST, (self.name, outcome, outcome, limit), conn)
-        return [_sql.archived_message(r) for r in rows]
+        return self._rows(
+            _sql.MESSAGE_ARCHIVE,
+            (self.name, outcome, outcome, limit),
+            conn,
+            class_row(ArchivedMessage),
+        )
 
-    def requeue(self, archive_id: int, *, conn: Connection[Any] | None = None) -> CreateResult:
-        """Re-create an archived message (``archive_requeue``)."""
-        rows = self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn)
-        return _sql.create_result(rows[0])
+    def archive_requeue(
+        self, archive_id: int, *, conn: Connection[Any] | None = None
+    ) -> CreateResult:
+        """Re-create an archived message."""
+        rows = self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn, class_row(CreateResult))
+        return rows[0]
 
-    def prune_archive(self, older_than: timedelta, *, conn: Connection[Any] | None = None) -> int:
+    def archive_prune(self, older_than: timedelta, *, conn: Connection[Any] | None = None) -> int:
         """Delete archive rows older than ``older_than`` (all queues); returns the count."""
         return int(self._scalar(_sql.ARCHIVE_PRUNE, (older_than,), conn))
 
@@ -298,29 +327,30 @@ class Queue:
         LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
         connection held for the block (no transaction stays open); no wake-up is lost (see
         ``lonnymq.wait_begin``)."""
-        with self.pool.connection() as c:
-            value = (c.execute(_sql.WAIT_BEGIN, (self.name,))).fetchone()
+        with self._connection(None) as c:
+            value = self._scalar(_sql.WAIT_BEGIN, (self.name,), c)
             c.commit()
             try:
-                yield None if value is None or value[0] is None else int(value[0])
+                yield None if value is None else int(value)
             finally:
-                c.execute(_sql.WAIT_END, (self.name,))
+                self._scalar(_sql.WAIT_END, (self.name,), c)
                 c.commit()
 
-    def stats(self, *, conn: Connection[Any] | None = None) -> QueueStats:
-        rows = self._rows(_sql.QUEUE_STATS, (self.name,), conn)
-        return _sql.queue_stats(self.name, rows[0] if rows else None)
+    def queue_stats(self, *, conn: Connection[Any] | None = None) -> QueueStats:
+        rows = self._rows(_sql.QUEUE_STATS, (self.name,), conn, class_row(QueueStats))
+        # A queue with no messages and no archive has no row: zeros, not an error.
+        return rows[0] if rows else QueueStats(self.name, 0, 0, 0, 0, 0)
 
     def channel_stats(self, *, conn: Connection[Any] | None = None) -> list[ChannelStats]:
-        return [_sql.channel_stats(r) for r in self._rows(_sql.CHANNEL_STATS, (self.name,), conn)]
+        return self._rows(_sql.CHANNEL_STATS, (self.name,), conn, class_row(ChannelStats))
 
     def verify(self, *, conn: Connection[Any] | None = None) -> list[str]:
         """Broken invariants of the whole installation; empty when healthy."""
-        return [str(r[0]) for r in self._rows(_sql.VERIFY, (), conn)]
+        return [str(r[0]) for r in self._rows(_sql.VERIFY, (), conn, tuple_row)]
 
     # -- pg_cron schedules ------------------------------------------------------------------
 
-    def schedule(
+    def schedule_set(
         self,
         name: str,
         cron: str,
@@ -328,9 +358,63 @@ class Queue:
         *,
         channel: str | None = None,
         conn: Connection[Any] | None = None,
-    ) -> None:
-        """Create a message on a cron schedule through pg_cron (``schedule_set``)."""
-        self._rows(_sql.SCHEDULE_SET, (name, cron, self.name, channel, encode(content)), conn)
+    ) -> int:
+        """Create a message on a cron schedule through pg_cron; returns the pg_cron job id."""
+        return int(
+            self._scalar(_sql.SCHEDULE_SET, (name, cron, self.name, channel, encode(content)), conn)
+        )
 
-    def unschedule(self, name: str, *, conn: Connection[Any] | None = None) -> None:
-        self._rows(_sql.SCHEDULE_DELETE, (name,), conn)
+    def schedule_delete(self, name: str, *, conn: Connection[Any] | None = None) -> str:
+        """``deleted`` or ``not_found``."""
+        return str(self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
+
+    # -- names of 1.0, deprecated: removed in 1.2 ------------------------------------------
+
+    def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
+        """Deprecated name of ``channel_set``."""
+        _deprecated("set_channel", "channel_set")
+        return self.channel_set(*args, **kwargs)
+
+    def delete_channel(self, *args: Any, **kwargs: Any) -> str:
+        """Deprecated name of ``channel_delete``."""
+        _deprecated("delete_channel", "channel_delete")
+        return self.channel_delete(*args, **kwargs)
+
+    def archived(self, *args: Any, **kwargs: Any) -> list[ArchivedMessage]:
+        """Deprecated name of ``message_archive``."""
+        _deprecated("archived", "message_archive")
+        return self.message_archive(*args, **kwargs)
+
+    def requeue(self, *args: Any, **kwargs: Any) -> CreateResult:
+        """Deprecated name of ``archive_requeue``."""
+        _deprecated("requeue", "archive_requeue")
+        return self.archive_requeue(*args, **kwargs)
+
+    def prune_archive(self, *args: Any, **kwargs: Any) -> int:
+        """Deprecated name of ``archive_prune``."""
+        _deprecated("prune_archive", "archive_prune")
+        return self.archive_prune(*args, **kwargs)
+
+    def stats(self, *args: Any, **kwargs: Any) -> QueueStats:
+        """Deprecated name of ``queue_stats``."""
+        _deprecated("stats", "queue_stats")
+        return self.queue_stats(*args, **kwargs)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> None:
+        """Deprecated name of ``schedule_set``."""
+        _deprecated("schedule", "schedule_set")
+        self.schedule_set(*args, **kwargs)
+
+    def unschedule(self, *args: Any, **kwargs: Any) -> None:
+        """Deprecated name of ``schedule_delete``."""
+        _deprecated("unschedule", "schedule_delete")
+        self.schedule_delete(*args, **kwargs)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"AsyncQueue.{old} is deprecated and will be removed in lonnymq 1.2: use {new}, "
+        "named like the SQL function it calls",
+        DeprecationWarning,
+        stacklevel=3,
+    )

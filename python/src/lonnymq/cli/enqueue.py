@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
 
-import psycopg
-
-from .. import _sql
 from .._content import encode
+from ..queue import Queue
 from .progress import Progress
 
 
@@ -139,23 +137,19 @@ def run(dsn: str, args: argparse.Namespace) -> int:
     statuses: Counter[str] = Counter()
     last_committed = 0
     source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
-    with source, psycopg.connect(dsn, autocommit=True) as conn:
+    with source, Queue(dsn, args.queue, pool_size=1) as queue:
         try:
             for batch in batches(source, args.batch_size, args.channel):
-                # One statement per batch: each batch commits on its own, like a stream of
+                # One call per batch: each batch commits on its own, like a stream of
                 # creates, under a key that makes its repetition create nothing.
-                rows = conn.execute(
-                    _sql.MESSAGE_CREATE_BATCH,
-                    (
-                        args.queue,
-                        [b[0] for b in batch.items],
-                        [b[1] for b in batch.items],
-                        [b[2] for b in batch.items],
-                        [b[3] for b in batch.items],
-                        batch.idempotency_key(args.key_prefix, args.channel),
-                    ),
-                ).fetchall()
-                statuses.update(r[0] for r in rows)
+                results = queue.create_batch(
+                    [b[1] for b in batch.items],
+                    channels=[b[0] for b in batch.items],
+                    dequeue_ats=[b[2] for b in batch.items],
+                    dedup_keys=[b[3] for b in batch.items],
+                    idempotency_key=batch.idempotency_key(args.key_prefix, args.channel),
+                )
+                statuses.update(r.status for r in results)
                 last_committed = batch.last_line
                 progress.advance(len(batch.items))
         except BadLine as exc:

@@ -22,10 +22,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lonnymq", description="Install and operate lonnymq queues in PostgreSQL."
     )
-    parser.add_argument("--dsn", help="libpq connection string (default: $DATABASE_URL)")
+    dsn_help = "libpq connection string (default: $DATABASE_URL)"
+    parser.add_argument("--dsn", help=dsn_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (install, status, send, tail, enqueue, web):
         module.register(commands)
+    # The common options are accepted after the command too (lonnymq status --dsn ...).
+    # SUPPRESS: a subcommand that was not given --dsn leaves the one before it alone.
+    for subparser in commands.choices.values():
+        subparser.add_argument("--dsn", default=argparse.SUPPRESS, help=dsn_help)
     return parser
 
 

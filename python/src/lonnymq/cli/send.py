@@ -6,10 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-import psycopg
-
-from .. import _sql
-from .._content import encode
+from ..queue import Queue
 
 
 def register(commands: Any) -> None:
@@ -24,22 +21,14 @@ def register(commands: Any) -> None:
 
 
 def run(dsn: str, args: argparse.Namespace) -> int:
-    content = sys.stdin.buffer.read() if args.content == "-" else encode(args.content)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            _sql.MESSAGE_CREATE,
-            (
-                args.queue,
-                args.channel,
-                content,
-                None,
-                args.delay_ms,
-                args.priority,
-                args.dedup_key,
-                None,
-            ),
-        ).fetchone()
-    assert row is not None
-    result = _sql.create_result(row)
+    content = sys.stdin.buffer.read() if args.content == "-" else args.content
+    with Queue(dsn, args.queue, pool_size=1) as queue:
+        result = queue.create(
+            content,
+            channel=args.channel,
+            delay_ms=args.delay_ms,
+            priority=args.priority,
+            dedup_key=args.dedup_key,
+        )
     print(f"{result.status} {result.id if result.id is not None else '-'}")
     return 0 if result.status in ("created", "deduplicated") else 1

@@ -6,26 +6,12 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
+from psycopg_pool import ConnectionPool
 
 from .. import _sql
 from ..models import ChannelStats, QueueStats
+from ..queue import Queue
 from ._text import printable
-
-ALL_QUEUE_STATS = """
-SELECT queue, channels, ready, scheduled, locked, archived
-  FROM lonnymq.queue_stats
- WHERE %s::text IS NULL OR queue = %s::text
- ORDER BY queue
-"""
-
-ALL_CHANNEL_STATS = """
-SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interval_ms,
-       max_size, max_attempts, oldest_ready_ms
-  FROM lonnymq.channel_stats
- WHERE %s::text IS NULL OR queue = %s::text
- ORDER BY queue, channel NULLS FIRST
-"""
 
 HEADERS = (
     "channel",
@@ -47,22 +33,19 @@ def register(commands: Any) -> None:
 
 
 def run(dsn: str, args: argparse.Namespace) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        queues = [
-            QueueStats(*r)
-            for r in conn.execute(ALL_QUEUE_STATS, (args.queue, args.queue)).fetchall()
-        ]
-        channels = [
-            _sql.channel_stats(r)
-            for r in conn.execute(ALL_CHANNEL_STATS, (args.queue, args.queue)).fetchall()
-        ]
-    if not queues:
+    # One connection serves every queue's Queue.queue_stats and Queue.channel_stats.
+    with ConnectionPool(dsn, min_size=1, max_size=1, open=True) as pool:
+        with pool.connection() as conn:
+            names = [str(r[0]) for r in conn.execute(_sql.QUEUE_NAMES).fetchall()]
+        shown = []
+        for name in names:
+            if args.queue is None or name == args.queue:
+                queue = Queue(pool, name)
+                shown.append(render_queue(queue.queue_stats(), queue.channel_stats()))
+    if not shown:
         print("no queues" if args.queue is None else f"queue {printable(args.queue)} is empty")
         return 0
-    for index, queue in enumerate(queues):
-        if index:
-            print()
-        print(render_queue(queue, [c for c in channels if c.queue == queue.queue]))
+    print("\n\n".join(shown))
     return 0
 
 

@@ -105,11 +105,11 @@ def run_demo(dsn: str, *, workers: int = 3, concurrency: int = 4, timeout_s: flo
                 thread.join()
             sampler.stop()
         sampler.sample()
-        stats = queue.stats()
+        stats = queue.queue_stats()
         checks = run_checks(
             recorder,
             sampler.samples,
-            queue.archived(outcome="failed"),
+            queue.message_archive(outcome="failed"),
             stats.ready + stats.scheduled + stats.locked,
             queue.verify(),
         )
@@ -130,7 +130,7 @@ def wait_until_settled(
     while time.monotonic() < deadline:
         screen.show(title, recorder, sampler.samples, recorder.take_recent())
         done = sum(r.done for r in recorder.tenants.values())
-        if done >= expected and queue.archived(outcome="failed", limit=1):
+        if done >= expected and queue.message_archive(outcome="failed", limit=1):
             screen.show(title, recorder, sampler.samples, recorder.take_recent(), final=True)
             return True
         time.sleep(REFRESH_S)

@@ -62,7 +62,7 @@ def configure(queue: Queue) -> None:
     """Channel policies for the tenants that have limits."""
     for tenant in TENANTS:
         if tenant.max_concurrency is not None or tenant.release_interval_ms:
-            queue.set_channel(
+            queue.channel_set(
                 tenant.name,
                 max_concurrency=tenant.max_concurrency,
                 release_interval_ms=tenant.release_interval_ms,
