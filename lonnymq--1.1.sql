@@ -304,7 +304,7 @@ SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_id_seq', '');
 -- statements that use them. The validators granted to PUBLIC do pin it.
 -- ===========================================================================
 
--- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
+-- The database clock in integer milliseconds (README, "Concepts": dequeue_at). clock_timestamp, not
 -- now(): a dequeue inside a long transaction must see the real time.
 CREATE OR REPLACE FUNCTION lonnymq._now_ms() RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -343,7 +343,7 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_dequeue_ms(bigint) IS 'A dequeue time the views can show, 22023 otherwise.';
 
--- Raises the SQLSTATE 22023 error that every invalid argument gets (SPEC 3.11).
+-- Raises the SQLSTATE 22023 error that every invalid argument gets (README, "Statuses and errors").
 CREATE OR REPLACE FUNCTION lonnymq._invalid(p_message text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1925,7 +1925,7 @@ COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, 
     IS 'Messages of one held channel, without a turn; a NULL id when it has none.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
--- like max_messages single dequeues in a row (SPEC 3.13): expired locks
+-- like max_messages single dequeues in a row (README, "Concepts": batches): expired locks
 -- first, then rounds of the fairest free channels, with the channel-less
 -- messages taking their turn as one more channel, and, when every ready
 -- channel is held by someone else, messages of a held one.
@@ -2066,7 +2066,7 @@ $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
     IS 'Locks and returns up to max_messages ready messages, fairly across channels.';
 -- ===========================================================================
--- Settling delivered messages. num_attempts is a fencing token (SPEC 3.7):
+-- Settling delivered messages. num_attempts is a fencing token (README, "Concepts": delivery and locks):
 -- only the holder of the current delivery may settle it. Lock order is
 -- always message row, then channel row.
 -- ===========================================================================

@@ -11,7 +11,7 @@
 -- statements that use them. The validators granted to PUBLIC do pin it.
 -- ===========================================================================
 
--- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
+-- The database clock in integer milliseconds (README, "Concepts": dequeue_at). clock_timestamp, not
 -- now(): a dequeue inside a long transaction must see the real time.
 CREATE OR REPLACE FUNCTION lonnymq._now_ms() RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -50,7 +50,7 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_dequeue_ms(bigint) IS 'A dequeue time the views can show, 22023 otherwise.';
 
--- Raises the SQLSTATE 22023 error that every invalid argument gets (SPEC 3.11).
+-- Raises the SQLSTATE 22023 error that every invalid argument gets (README, "Statuses and errors").
 CREATE OR REPLACE FUNCTION lonnymq._invalid(p_message text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$

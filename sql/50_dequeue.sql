@@ -444,7 +444,7 @@ COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, 
     IS 'Messages of one held channel, without a turn; a NULL id when it has none.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
--- like max_messages single dequeues in a row (SPEC 3.13): expired locks
+-- like max_messages single dequeues in a row (README, "Concepts": batches): expired locks
 -- first, then rounds of the fairest free channels, with the channel-less
 -- messages taking their turn as one more channel, and, when every ready
 -- channel is held by someone else, messages of a held one.

@@ -1,5 +1,5 @@
 -- ===========================================================================
--- Settling delivered messages. num_attempts is a fencing token (SPEC 3.7):
+-- Settling delivered messages. num_attempts is a fencing token (README, "Concepts": delivery and locks):
 -- only the holder of the current delivery may settle it. Lock order is
 -- always message row, then channel row.
 -- ===========================================================================

@@ -1,4 +1,4 @@
--- The schema of SPEC section 4: the extension's objects exist, the
+-- The schema of the SQL API (README, "A tour in SQL" and "Concepts"): the extension's objects exist, the
 -- inspection views and the archive have the stable columns callers use.
 
 BEGIN;
@@ -39,7 +39,7 @@ SELECT is(
        AND c.oid <> ALL ((SELECT extconfig FROM pg_extension WHERE extname = 'lonnymq')::oid[])),
     NULL, 'every table is dumped (pg_extension_config_dump)');
 
--- Views of SPEC 4.
+-- The inspection views.
 SELECT has_view('lonnymq', 'messages', 'view messages');
 SELECT has_view('lonnymq', 'channel_stats', 'view channel_stats');
 SELECT has_view('lonnymq', 'queue_stats', 'view queue_stats');
@@ -62,7 +62,7 @@ SELECT is(
      WHERE NOT EXISTS (SELECT 1 FROM information_schema.columns i
                        WHERE i.table_schema = 'lonnymq' AND i.table_name = 'channel_stats'
                          AND i.column_name = c)),
-    NULL, 'channel_stats has every SPEC column');
+    NULL, 'channel_stats has every documented column');
 
 -- queue_stats: one row per queue.
 SELECT is(
@@ -71,7 +71,7 @@ SELECT is(
      WHERE NOT EXISTS (SELECT 1 FROM information_schema.columns i
                        WHERE i.table_schema = 'lonnymq' AND i.table_name = 'queue_stats'
                          AND i.column_name = c)),
-    NULL, 'queue_stats has every SPEC column');
+    NULL, 'queue_stats has every documented column');
 
 -- message_archive: terminal messages.
 SELECT has_column('lonnymq', 'message_archive', c, 'message_archive.' || c)

@@ -1,4 +1,4 @@
--- The SQL API of SPEC section 4: every function exists with exactly the
+-- The SQL API (README, "A tour in SQL"): every function exists with exactly the
 -- argument names, types and defaults callers use with named notation, and
 -- the documented return type; and calls in named notation work.
 
@@ -74,7 +74,7 @@ INSERT INTO api VALUES
  'bigint', 'bigint'),
 ('schedule_delete', '{text}', 'name text', 'text', 'text'),
 ('verify', '{}', '', 'SETOF text', 'setof text'),
--- Beyond the SPEC table: the idle-channel sweep and the maintenance job.
+-- Beyond the calls of the tour: the idle-channel sweep and the maintenance job.
 ('channel_sweep', '{integer}', 'max_channels integer DEFAULT 1000', 'integer', 'integer'),
 ('maintenance_schedule', '{text,interval}',
  'cron text DEFAULT ''*/10 * * * *''::text, archive_retention interval DEFAULT ''7 days''::interval', 'bigint', 'bigint'),

@@ -1,4 +1,5 @@
--- SPEC section 5: every function pins search_path to pg_catalog, pg_temp;
+-- Security (README, "Privileges"): every function pins search_path to
+-- pg_catalog, pg_temp;
 -- the API runs as its owner (SECURITY DEFINER) so roles need only EXECUTE,
 -- except the pg_cron calls, which run as the caller on purpose (a cron job
 -- must never get more rights than whoever scheduled it); nothing in the

@@ -1,4 +1,4 @@
--- SPEC section 5 and the README GRANT recipes (docs/grants.sql, run here as
+-- The README GRANT recipes (docs/grants.sql, run here as
 -- is): a role with no grant can do nothing; the producer can only create;
 -- the consumer can only consume; the monitor can only read. Every function
 -- and relation of the schema is tried as every role.

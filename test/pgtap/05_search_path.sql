@@ -1,4 +1,4 @@
--- A hostile search_path cannot change what lonnymq does (SPEC section 5).
+-- A hostile search_path cannot change what lonnymq does (README, "Privileges").
 -- A role puts its own schema first, with look-alikes of now(),
 -- clock_timestamp(), floor(), coalesce(), format(), length(), hashtext(),
 -- nextval(), pg_notify(), current_setting(), the advisory-lock functions, an
