@@ -330,7 +330,7 @@ def test_a_pg_locks_reader_cannot_freeze_busy_channels(
     stalled = [c for c in channels if created[c] == before[c]]
     assert not stalled, f"channels that made no progress in the attack's last 2 s: {stalled}"
     with psycopg.connect(security_db["owner"], autocommit=True) as owner:
-        counts = dict(
+        counts: dict[str, int] = dict(
             owner.execute(
                 "SELECT channel, count(*) FROM lonnymq.messages WHERE queue = %s GROUP BY channel",
                 (queue_name,),
