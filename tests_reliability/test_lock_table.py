@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from .conftest import ADMIN_DSN, drop_database, recreate_database, verify
+from .conftest import ADMIN_DSN, drop_database, recreate_database, scalar, verify
 
 HEAD_LOCK_BUDGET = 256
 
@@ -31,9 +31,10 @@ def dsn() -> Iterator[str]:
 
 def advisory_locks(conn: psycopg.Connection[Any]) -> int:
     return int(
-        conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
-        ).fetchone()[0]
+        scalar(
+            conn,
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'",
+        )
     )
 
 
@@ -85,7 +86,7 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
                 ]
                 results[slot] = (ids, advisory_locks(conn))
                 conn.commit()
-        except BaseException as e:
+        except BaseException as e:  # any failure: reported below
             errors.append(e)
 
     threads = [threading.Thread(target=dequeue, args=(slot,)) for slot in range(2)]
