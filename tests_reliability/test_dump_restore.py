@@ -203,8 +203,10 @@ def owners(dsn: str) -> set[str]:
             """
             SELECT pg_get_userbyid(extowner) FROM pg_extension WHERE extname = 'lonnymq'
             UNION SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'lonnymq'
-            UNION SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE pronamespace = 'lonnymq'::regnamespace
-            UNION SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relnamespace = 'lonnymq'::regnamespace
+            UNION SELECT pg_get_userbyid(proowner) FROM pg_proc
+                   WHERE pronamespace = 'lonnymq'::regnamespace
+            UNION SELECT pg_get_userbyid(relowner) FROM pg_class
+                   WHERE relnamespace = 'lonnymq'::regnamespace
             """
         ).fetchall()
     return {r[0] for r in rows}
@@ -230,7 +232,8 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
             conn.execute("CREATE EXTENSION lonnymq")
             # The README's guard against DROP EXTENSION travels with the dump.
             conn.execute(
-                "CREATE VIEW public.lonnymq_drop_guard AS SELECT m.id FROM lonnymq.message m WHERE false"
+                "CREATE VIEW public.lonnymq_drop_guard AS "
+                "SELECT m.id FROM lonnymq.message m WHERE false"
             )
         with Queue(src, "owned", pool_size=1) as q:
             q.create_batch(["a", "b"], channel="acme")

@@ -115,7 +115,8 @@ def plant_statements(schema: str) -> str:
             ["bigint", "integer"],
         ]:
             parts.append(
-                f"CREATE FUNCTION {schema}.{name}({', '.join(args)}) RETURNS {args[0]} LANGUAGE plpgsql "
+                f"CREATE FUNCTION {schema}.{name}({', '.join(args)}) RETURNS {args[0]} "
+                "LANGUAGE plpgsql "
                 f"AS $$ BEGIN PERFORM {schema}.hijacked(); RETURN NULL; END $$;"
             )
         parts.append(
@@ -177,7 +178,8 @@ def bound_look_alikes(conn: psycopg.Connection[Any], planter: str) -> list[str]:
                AND d.refobjid IN (SELECT o.oid FROM pg_catalog.pg_operator o
                                   WHERE o.oprowner = %(planter)s::regrole))
            OR (d.refclassid = 'pg_catalog.pg_proc'::regclass
-               AND d.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc p WHERE p.proowner = %(planter)s::regrole)
+               AND d.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc p
+                                  WHERE p.proowner = %(planter)s::regrole)
                AND d.classid <> 'pg_catalog.pg_operator'::regclass)
         ORDER BY 1
         """,
@@ -205,7 +207,8 @@ def test_planted_look_alikes_are_never_bound_or_run(planted_db: tuple[str, str],
         )
         conn.execute(
             "SELECT * FROM lonnymq.message_create_batch('q', ARRAY['a', 'capped', NULL],"
-            " ARRAY['x', 'y', 'z']::bytea[], dedup_keys => ARRAY['k', 'k', 'k'], idempotency_key => 'i')"
+            " ARRAY['x', 'y', 'z']::bytea[], dedup_keys => ARRAY['k', 'k', 'k'],"
+            " idempotency_key => 'i')"
         )
         conn.execute("SELECT * FROM lonnymq.message_create('q', 'a', 'p', priority => 2)")
         conn.execute("SELECT * FROM lonnymq.message_create('q', 'a', 'later', delay_ms => 60000)")
@@ -270,7 +273,8 @@ def test_a_lonnymq_schema_with_objects_in_it_is_refused(planted_db: tuple[str, s
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA lonnymq")
         conn.execute(
-            "CREATE FUNCTION lonnymq.message_create(text, text, text) RETURNS void LANGUAGE sql AS ''"
+            "CREATE FUNCTION lonnymq.message_create(text, text, text) RETURNS void "
+            "LANGUAGE sql AS ''"
         )
         with pytest.raises(
             psycopg.errors.ObjectNotInPrerequisiteState, match="schema lonnymq is not empty"
@@ -278,10 +282,8 @@ def test_a_lonnymq_schema_with_objects_in_it_is_refused(planted_db: tuple[str, s
             conn.execute("CREATE EXTENSION lonnymq")
         conn.execute("DROP FUNCTION lonnymq.message_create(text, text, text)")
         conn.execute("CREATE EXTENSION lonnymq")
-        assert (
-            conn.execute("SELECT * FROM lonnymq.message_create('q', 'c', 'x')").fetchone()[0]
-            == "created"
-        )  # type: ignore[index]
+        row = conn.execute("SELECT * FROM lonnymq.message_create('q', 'c', 'x')").fetchone()
+        assert row is not None and row[0] == "created"
 
 
 def test_an_update_refuses_a_schema_the_extension_owner_does_not_own(

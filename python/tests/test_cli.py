@@ -254,6 +254,7 @@ def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
     assert "created\\x1b[2J" in lines[0] and "queue=evil\\nqueue fake" in lines[0]
     assert "payload=not json\\nforged line" in lines[1]
 
+
 def test_dsn_after_the_command_wins_over_none_before(
     dsn: str, queue: Queue, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

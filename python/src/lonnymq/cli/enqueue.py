@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
 
+import psycopg
+
 from .._content import encode
 from ..queue import Queue
 from .progress import Progress
