@@ -14,6 +14,7 @@ nothing else uses) and the latency. For contrast, the same for one read of the e
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -107,7 +108,7 @@ def main() -> None:
             "/archive",
             "/metrics",
         ):
-            results.append(measure(dsn, path, lambda p=path: client.get(p), args.repeat))
+            results.append(measure(dsn, path, functools.partial(client.get, path), args.repeat))
     with psycopg.connect(dsn, autocommit=True) as conn:
         results.append(
             measure(
