@@ -182,7 +182,7 @@ def worker(results: dict[str, Any], path: Path) -> None:
     w8 = results["worker"]
     systems = [s for s in WORKER_STYLE if s in w8["runs"]]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for j, system in enumerate(systems):
+    for system in systems:
         label, colour = WORKER_STYLE[system]
         rates = [r["jobs_per_s"] for r in w8["runs"][system]]
         left.plot(range(1, len(rates) + 1), rates, "o-", color=colour, label=label)

@@ -56,7 +56,7 @@ class Producer(threading.Thread):
 
     def live(self) -> int:
         table = "pgmq.q_" + common.PGMQ_QUEUE if self.system == "pgmq" else "lonnymq.message"
-        return int(self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        return int(common.scalar(self.conn, f"SELECT count(*) FROM {table}"))
 
     def create(self, n: int) -> None:
         if self.system == "pgmq":
@@ -299,7 +299,8 @@ def run(rounds: int, seconds: float, peers: list[str]) -> dict[str, Any]:
             if system == "pgmq":
                 continue
             per_round = [
-                a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(runs[system], runs["pgmq"])
+                a["jobs_per_s"] / b["jobs_per_s"]
+                for a, b in zip(runs[system], runs["pgmq"], strict=False)
             ]
             summary[system]["ratio_pgmq"] = (
                 summary[system]["jobs_per_s"] / summary["pgmq"]["jobs_per_s"]

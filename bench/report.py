@@ -179,7 +179,8 @@ def _w8_rows(w8: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         cpu = (
             f"server {entry['server_cpu_ms_per_job']:.3f} ms/job, its backends "
-            f"{entry['consumer_backends_cpu_ms_per_job']:.3f}, workers {entry['client_cpu_ms_per_job']:.3f}"
+            f"{entry['consumer_backends_cpu_ms_per_job']:.3f}, "
+            f"workers {entry['client_cpu_ms_per_job']:.3f}"
         )
         row = {
             "workload": f"8 Python Worker, {workers} workers, backlog held, {label}",
@@ -198,7 +199,8 @@ def _w8_rows(w8: dict[str, Any]) -> list[dict[str, Any]]:
             f"{entry['jobs_per_s']:.0f} vs PGMQ {pgmq['jobs_per_s']:.0f} jobs/s = {ratio:.2f}x "
             f"(median of rounds {entry['ratio_pgmq_median_of_rounds']:.2f}x); {cpu}; PGMQ: server "
             f"{pgmq['server_cpu_ms_per_job']:.3f}, its backends "
-            f"{pgmq['consumer_backends_cpu_ms_per_job']:.3f}, workers {pgmq['client_cpu_ms_per_job']:.3f}"
+            f"{pgmq['consumer_backends_cpu_ms_per_job']:.3f}, "
+            f"workers {pgmq['client_cpu_ms_per_job']:.3f}"
         )
         if system == "lonnymq":
             rows.append(

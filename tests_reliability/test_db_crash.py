@@ -111,7 +111,8 @@ def completed_and_live(dsn: str, queue: str) -> tuple[set[int], set[int]]:
         completed = {
             r[0]
             for r in conn.execute(
-                "SELECT message_id FROM lonnymq.message_archive WHERE queue = %s AND outcome = 'completed'",
+                "SELECT message_id FROM lonnymq.message_archive "
+                "WHERE queue = %s AND outcome = 'completed'",
                 (queue,),
             )
         }

@@ -170,7 +170,7 @@ def run_direct(dsn: str, rows: list[tuple[str, bytes]], partitions: int) -> dict
 
     # Outside Spark there is no TaskContext: each thread says which partition it writes.
     local = threading.local()
-    _write.task = lambda: (local.partition, 0)  # type: ignore[assignment]
+    _write.task = lambda: (local.partition, 0)
 
     def stage(part: list[tuple[str, bytes]], n: int) -> None:
         local.partition = n

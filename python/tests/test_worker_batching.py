@@ -186,7 +186,7 @@ def test_many_workers_settle_everything_exactly_once(
     (completed messages are archived, so the archive counts them) and the limits hold while
     settles wait in buffers."""
     for n in range(20):
-        spy.set_channel(f"c{n}", retain_completed=True, max_concurrency=1 if n < 2 else None)
+        spy.channel_set(f"c{n}", retain_completed=True, max_concurrency=1 if n < 2 else None)
     channels = [f"c{n % 20}" for n in range(600)]
     created = ids(spy.create_batch([str(n) for n in range(600)], channels=channels))
     guard = threading.Lock()

@@ -96,6 +96,7 @@ def test_failure_upstream_of_the_writer_in_the_first_attempt(
     @F.udf("string")
     def body(i: int) -> str:
         ctx = TaskContext.get()
+        assert ctx is not None  # always set inside a task
         # The last row of partition 1 fails in its first attempt, upstream of the writer.
         if ctx.partitionId() == 1 and ctx.attemptNumber() == 0 and i == 19_999:
             raise RuntimeError("upstream UDF failed at the end of partition 1")

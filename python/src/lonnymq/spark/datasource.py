@@ -94,7 +94,7 @@ class BatchSlicePartition(ds.InputPartition):
         self.part = part
 
 
-class LonnymqStreamReader(ds.DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class LonnymqStreamReader(ds.DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self._core: _stream.StreamCore | None = None
