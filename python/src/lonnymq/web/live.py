@@ -21,6 +21,8 @@ log = logging.getLogger("lonnymq.web")
 CHANNELS = ("lonnymq", "lonnymq_dead")
 RECONNECT_DELAY_S = 2.0
 KEEPALIVE_S = 15.0
+# How often the waiting announcement is renewed, to cover queues created since.
+ANNOUNCE_EVERY_S = 5.0
 
 
 class Broadcaster:
@@ -61,13 +63,19 @@ class Broadcaster:
         assert self._conninfo is not None
         while self._subscribers:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
-                ) as conn:
+                async with (
+                    await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn,
+                    await psycopg.AsyncConnection.connect(
+                        self._conninfo, autocommit=True
+                    ) as waiter,
+                ):
                     for channel in CHANNELS:
                         await conn.execute("LISTEN " + channel)
-                    async for notify in conn.notifies():
-                        self.publish(_event(notify.channel, notify.payload))
+                    announced: list[str] = []
+                    while True:
+                        announced = await _announce(waiter, announced)
+                        async for notify in conn.notifies(timeout=ANNOUNCE_EVERY_S):
+                            self.publish(_event(notify.channel, notify.payload))
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost (%s); pages fall back to timed refresh", exc)
                 await asyncio.sleep(RECONNECT_DELAY_S)
@@ -87,6 +95,30 @@ class Broadcaster:
                 while not inbox.empty():
                     payload = inbox.get_nowait()
                 yield f"event: lonnymq\ndata: {payload}\n\n"
+
+
+async def _announce(waiter: psycopg.AsyncConnection, before: list[str]) -> list[str]:
+    """Producers send 'lonnymq' events only while a consumer waits (lonnymq.wait_begin): while
+    a page is live, the dashboard counts as one for every queue, so it hears every create.
+    That is the cost of a live page: producers notify while it is open. The new announcement
+    comes before the old one ends; without the grants the page falls back to its timer."""
+    try:
+        cur = await waiter.execute("SELECT queue FROM lonnymq.queue_summary(1)")
+        queues = [row[0] for row in await cur.fetchall()]
+        await waiter.execute(
+            "SELECT count(lonnymq.wait_begin(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
+            (queues,),
+        )
+        await waiter.execute(
+            "SELECT count(lonnymq.wait_end(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
+            (before,),
+        )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        log.info(
+            "live page cannot announce itself as waiting (%s): events only while workers wait", exc
+        )
+        return before
+    return queues
 
 
 def _event(channel: str, payload: str) -> str:
