@@ -398,7 +398,7 @@ class AsyncQueue:
         """``deleted`` or ``not_found``."""
         return str(await self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
 
-    # -- names of 1.0, deprecated: removed in 1.2 ------------------------------------------
+    # -- names of 1.0, deprecated: removed in 1.3 ------------------------------------------
 
     async def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
         """Deprecated name of ``channel_set``."""
@@ -443,7 +443,7 @@ class AsyncQueue:
 
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(
-        f"AsyncQueue.{old} is deprecated and will be removed in lonnymq 1.2: use {new}, "
+        f"AsyncQueue.{old} is deprecated and will be removed in lonnymq 1.3: use {new}, "
         "named like the SQL function it calls",
         DeprecationWarning,
         stacklevel=3,

@@ -1,8 +1,9 @@
--- lonnymq 1.0 -> 1.1 (ALTER EXTENSION lonnymq UPDATE TO '1.1').
--- Generated into lonnymq--1.0--1.1.sql by `make scripts`: this hand-written
--- part changes tables and drops what 1.1 no longer has; the function, view
+-- lonnymq 1.1 -> 1.2 (ALTER EXTENSION lonnymq UPDATE TO '1.2'; from 1.0,
+-- PostgreSQL runs lonnymq--1.0--1.1.sql first).
+-- Generated into lonnymq--1.1--1.2.sql by `make scripts`: this hand-written
+-- part changes tables and drops what 1.2 no longer has; the function, view
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
-\echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.1'" to load this file. \quit
+\echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.2'" to load this file. \quit
 
 -- A schema that another role than the extension's owner owns lets that role
 -- rename it and plant look-alikes that the SECURITY DEFINER functions call
