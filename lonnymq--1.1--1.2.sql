@@ -413,8 +413,7 @@ CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lo
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF NOT lonnymq._read_committed()
-       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
+    IF NOT lonnymq._take_head_lock(p_lock_key) THEN
         RETURN false;
     END IF;
     PERFORM lonnymq._channel_refresh(p_channel_id);
@@ -623,6 +622,18 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
 
+-- Whether this transaction may raise a channel's head now (see
+-- _channel_raise_head): only at READ COMMITTED, and only with the head lock
+-- taken exclusively, with a try, until commit.
+CREATE OR REPLACE FUNCTION lonnymq._take_head_lock(p_lock_key integer) RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE WHEN lonnymq._read_committed()
+                THEN pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key)
+                ELSE false END
+$$;
+COMMENT ON FUNCTION lonnymq._take_head_lock(integer) IS 'Whether a dequeuer holds a channel head lock and may raise it.';
+
 -- Refuses a call that counts a channel's messages exactly (channel_set,
 -- channel_delete) outside READ COMMITTED: an older snapshot misses messages
 -- committed since, which no lock can bring back.
@@ -697,25 +708,29 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
+    -- (A channel deleted while the pin waited comes back NULL.)
+    v_channel := lonnymq._pin_channel(
+        (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
+    IF v_channel.id IS NOT NULL THEN
+        RETURN v_channel;
+    END IF;
     -- Creation pays for removal: idle channels cannot pile up. Swept before
     -- the insert, so the new (still empty) channel is not a candidate. A
     -- batch sweeps once before taking any of its channels (p_sweep false): a
     -- later sweep could remove one it took but has not written to yet.
-    IF p_sweep AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                               WHERE c.queue_id = p_queue_id AND c.name = p_channel) THEN
+    IF p_sweep THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
     LOOP
-        -- (A channel deleted while the pin waited comes back NULL.)
-        v_channel := lonnymq._pin_channel(
-            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
-        EXIT WHEN v_channel.id IS NOT NULL;
         -- A row this transaction inserts is its own until commit. One that a
-        -- concurrent creator committed first is pinned on the next pass.
+        -- concurrent creator committed first is pinned instead.
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
         RETURNING * INTO v_channel;
+        EXIT WHEN v_channel.id IS NOT NULL;
+        v_channel := lonnymq._pin_channel(
+            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
         EXIT WHEN v_channel.id IS NOT NULL;
     END LOOP;
     RETURN v_channel;
@@ -954,6 +969,8 @@ COMMENT ON FUNCTION lonnymq._live_duplicate(integer, bigint, text) IS 'Live mess
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
+-- p_event is the wake-up it sends when it creates (NULL: none; a caller that
+-- creates many sends one itself).
 -- Locks taken: the channel pinned (_pin_channel) and, for channels with a
 -- max_size, their admission row; never the channel row for update.
 CREATE OR REPLACE FUNCTION lonnymq._create_one(
@@ -1012,7 +1029,9 @@ BEGIN
         INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
         VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
     END IF;
-    PERFORM lonnymq._notify_waiters(p_queue, p_event);
+    IF p_event IS NOT NULL THEN
+        PERFORM lonnymq._notify_waiters(p_queue, p_event);
+    END IF;
     status := 'created';
 END
 $$;
@@ -1088,8 +1107,8 @@ BEGIN
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
         v_head_held := lonnymq._hold_head_lock(v_lock_key);
-        IF NOT v_head_held THEN
-            -- (Outside READ COMMITTED the pin must also refuse a stale row.)
+        IF NOT lonnymq._read_committed() THEN
+            -- Outside READ COMMITTED the pin must also refuse a stale row.
             SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
             FROM lonnymq._pin_channel(v_channel_id) c;
         END IF;
@@ -1165,6 +1184,7 @@ DECLARE
     v_name text;
     v_bad timestamptz;
     v_pinned text[] := '{}';       -- existing channels pinned in one statement
+    v_created boolean := false;    -- the element-by-element path created something
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     v_digest bytea;                -- scope of the idempotency key
     i integer;
@@ -1329,12 +1349,17 @@ BEGIN
                                  message_create_batch.contents[i],
                                  CASE WHEN message_create_batch.dequeue_ats[i] IS NULL THEN v_now_ms
                                       ELSE lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element') END,
-                                 0, message_create_batch.dedup_keys[i], NULL, 0, 'created', false) r;
+                                 0, message_create_batch.dedup_keys[i], NULL, 0, NULL, false) r;
         status := v_result.status;
         id := v_result.id;
         v_ids := v_ids || v_result.id;
+        v_created := v_created OR v_result.status = 'created';
         RETURN NEXT;
     END LOOP;
+    -- One wake-up for the batch, not one per element.
+    IF v_created THEN
+        PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
+    END IF;
 
     IF message_create_batch.idempotency_key IS NOT NULL THEN
         UPDATE lonnymq.batch b SET message_ids = v_ids
@@ -1557,6 +1582,7 @@ DECLARE
     v_message lonnymq.message;
     v_counted integer;
     v_raises integer := p_raises;
+    v_raise boolean;
 BEGIN
     IF p_only IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
@@ -1603,26 +1629,36 @@ BEGIN
                                 NULL::timestamptz;
             CONTINUE;
         END IF;
-        -- The turn. The head stays where it is, a lower bound: only
-        -- _channel_raise_head raises it.
+        -- Its last due message taken: its head rises with this turn (under
+        -- the head lock, see _channel_raise_head), so a drained channel leaves
+        -- the scheduler (and becomes sweepable) at once. Otherwise the head
+        -- stays where it is, a lower bound.
+        v_raise := v_raises > 0
+                   AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
+                                   WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
+                                     AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms)
+                   AND lonnymq._take_head_lock(v_channel.lock_key);
+        v_raises := v_raises - v_raise::integer;
+        -- The turn, and the head, in one update of the row (its snapshot is
+        -- taken after the head lock, as _channel_refresh's is).
         v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                         v_channel.max_size)::integer;
         UPDATE lonnymq.channel c
         SET locked_count = c.locked_count + v_counted,
             last_turn_ms = p_now_ms,
             turn_seq = x.seq,
-            ready_ms = lonnymq._ready_ms(c.head_ms, p_now_ms, c.release_interval_ms,
-                                         c.locked_count + v_counted, c.max_concurrency, x.seq)
-        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
+            head_ms = CASE WHEN v_raise THEN x.head_ms ELSE c.head_ms END,
+            ready_ms = lonnymq._ready_ms(CASE WHEN v_raise THEN x.head_ms ELSE c.head_ms END, p_now_ms,
+                                         c.release_interval_ms, c.locked_count + v_counted, c.max_concurrency,
+                                         x.seq)
+        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq,
+                     CASE WHEN v_raise
+                          THEN (SELECT m.dequeue_ms FROM lonnymq.message m
+                                WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
+                                  AND m.locked_until_ms IS NULL
+                                ORDER BY m.dequeue_ms, m.id
+                                LIMIT 1) END AS head_ms) x
         WHERE c.id = v_channel.id;
-        -- Its last due message taken: raise the head now, so a drained
-        -- channel leaves the scheduler (and becomes sweepable) at once.
-        IF v_raises > 0 AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
-                       WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
-                         AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) THEN
-            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
-            v_raises := v_raises - 1;
-        END IF;
         channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
         content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
         dequeue_at := lonnymq._dequeue_at(v_message.dequeue_ms, v_message.priority);
@@ -1705,7 +1741,7 @@ BEGIN
           WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
             AND (p_channelless_ms IS NULL
                  OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-            AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
+            AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR KEY SHARE SKIP LOCKED) x;
@@ -1713,7 +1749,7 @@ BEGIN
         SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
         FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
               WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried) AND NOT c.paused
-                AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
+                AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
               ORDER BY c.last_turn_ms, c.turn_seq, c.id
               LIMIT p_want
               FOR KEY SHARE SKIP LOCKED) x;
@@ -1891,7 +1927,9 @@ BEGIN
                 v_tried := v_tried || v_row.channel_id;  -- nothing to take there in this call
                 CONTINUE;
             END IF;
-            v_served := v_served || v_row.channel_id;
+            IF v_row.channel_id <> ALL (v_served) THEN
+                v_served := v_served || v_row.channel_id;  -- (channels, once each: see v_raises)
+            END IF;
             id := v_row.id; channel := v_row.channel; content := v_row.content; state := v_row.state;
             num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at; recovered := false;
             RETURN NEXT;
@@ -1963,8 +2001,9 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
 -- The common case is three statements: lock the message, pin its channel
--- (_pin_channel), delete the message unless its channel keeps counters or
--- archives completed messages; those channels take _settle_locked.
+-- (_pin_channel, which returns its policy), delete the message, unless its
+-- channel keeps counters or archives completed messages: those channels take
+-- _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1972,6 +2011,7 @@ DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
     v_channel_id bigint;
+    v_channel lonnymq.channel;
     v_message lonnymq.message;
 BEGIN
     IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
@@ -1989,19 +2029,17 @@ BEGIN
         RETURN 'state_invalid';  -- not delivered, or redelivered since: a stale attempt
     END IF;
     IF v_channel_id IS NOT NULL THEN
-        PERFORM lonnymq._pin_channel(v_channel_id);
+        -- The policy as it is now, and until commit (see _pin_channel): a
+        -- channel_set that committed meanwhile is seen.
+        v_channel := lonnymq._pin_channel(v_channel_id);
     END IF;
-    -- The policy is read after the pin, so a channel_set that committed
-    -- meanwhile is seen.
-    DELETE FROM lonnymq.message m
-    WHERE m.id = message_complete.id
-      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                      WHERE c.id = m.channel_id
-                        AND (c.retain_completed
-                             OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)));
-    IF NOT FOUND THEN
+    IF coalesce(v_channel.retain_completed
+                OR lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                      v_channel.max_size), false) THEN
         SELECT m.* INTO v_message FROM lonnymq.message m WHERE m.id = message_complete.id;
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
+    ELSE
+        DELETE FROM lonnymq.message m WHERE m.id = message_complete.id;
     END IF;
     RETURN 'completed';
 END
@@ -2903,7 +2941,7 @@ BEGIN
     FROM (SELECT c.*, (c.max_concurrency IS NOT NULL AND c.locked_count >= c.max_concurrency) AS saturated
           FROM lonnymq.channel c
           WHERE c.queue_id = v_queue_id
-          ORDER BY 2 DESC, c.head_ms NULLS LAST, c.name
+          ORDER BY saturated DESC, c.head_ms NULLS LAST, c.name
           LIMIT channel_summary.max_channels) c
     ORDER BY c.saturated DESC, c.head_ms NULLS LAST, c.name;
 END

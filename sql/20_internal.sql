@@ -254,8 +254,7 @@ CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lo
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF NOT lonnymq._read_committed()
-       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
+    IF NOT lonnymq._take_head_lock(p_lock_key) THEN
         RETURN false;
     END IF;
     PERFORM lonnymq._channel_refresh(p_channel_id);
@@ -463,6 +462,18 @@ AS $$
                 ELSE false END
 $$;
 COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
+
+-- Whether this transaction may raise a channel's head now (see
+-- _channel_raise_head): only at READ COMMITTED, and only with the head lock
+-- taken exclusively, with a try, until commit.
+CREATE OR REPLACE FUNCTION lonnymq._take_head_lock(p_lock_key integer) RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE WHEN lonnymq._read_committed()
+                THEN pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key)
+                ELSE false END
+$$;
+COMMENT ON FUNCTION lonnymq._take_head_lock(integer) IS 'Whether a dequeuer holds a channel head lock and may raise it.';
 
 -- Refuses a call that counts a channel's messages exactly (channel_set,
 -- channel_delete) outside READ COMMITTED: an older snapshot misses messages

@@ -13,25 +13,29 @@ AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
+    -- (A channel deleted while the pin waited comes back NULL.)
+    v_channel := lonnymq._pin_channel(
+        (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
+    IF v_channel.id IS NOT NULL THEN
+        RETURN v_channel;
+    END IF;
     -- Creation pays for removal: idle channels cannot pile up. Swept before
     -- the insert, so the new (still empty) channel is not a candidate. A
     -- batch sweeps once before taking any of its channels (p_sweep false): a
     -- later sweep could remove one it took but has not written to yet.
-    IF p_sweep AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                               WHERE c.queue_id = p_queue_id AND c.name = p_channel) THEN
+    IF p_sweep THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
     LOOP
-        -- (A channel deleted while the pin waited comes back NULL.)
-        v_channel := lonnymq._pin_channel(
-            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
-        EXIT WHEN v_channel.id IS NOT NULL;
         -- A row this transaction inserts is its own until commit. One that a
-        -- concurrent creator committed first is pinned on the next pass.
+        -- concurrent creator committed first is pinned instead.
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
         RETURNING * INTO v_channel;
+        EXIT WHEN v_channel.id IS NOT NULL;
+        v_channel := lonnymq._pin_channel(
+            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
         EXIT WHEN v_channel.id IS NOT NULL;
     END LOOP;
     RETURN v_channel;

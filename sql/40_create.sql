@@ -53,6 +53,8 @@ COMMENT ON FUNCTION lonnymq._live_duplicate(integer, bigint, text) IS 'Live mess
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
+-- p_event is the wake-up it sends when it creates (NULL: none; a caller that
+-- creates many sends one itself).
 -- Locks taken: the channel pinned (_pin_channel) and, for channels with a
 -- max_size, their admission row; never the channel row for update.
 CREATE OR REPLACE FUNCTION lonnymq._create_one(
@@ -111,7 +113,9 @@ BEGIN
         INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
         VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
     END IF;
-    PERFORM lonnymq._notify_waiters(p_queue, p_event);
+    IF p_event IS NOT NULL THEN
+        PERFORM lonnymq._notify_waiters(p_queue, p_event);
+    END IF;
     status := 'created';
 END
 $$;
@@ -187,8 +191,8 @@ BEGIN
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
         v_head_held := lonnymq._hold_head_lock(v_lock_key);
-        IF NOT v_head_held THEN
-            -- (Outside READ COMMITTED the pin must also refuse a stale row.)
+        IF NOT lonnymq._read_committed() THEN
+            -- Outside READ COMMITTED the pin must also refuse a stale row.
             SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
             FROM lonnymq._pin_channel(v_channel_id) c;
         END IF;
@@ -264,6 +268,7 @@ DECLARE
     v_name text;
     v_bad timestamptz;
     v_pinned text[] := '{}';       -- existing channels pinned in one statement
+    v_created boolean := false;    -- the element-by-element path created something
     v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     v_digest bytea;                -- scope of the idempotency key
     i integer;
@@ -428,12 +433,17 @@ BEGIN
                                  message_create_batch.contents[i],
                                  CASE WHEN message_create_batch.dequeue_ats[i] IS NULL THEN v_now_ms
                                       ELSE lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element') END,
-                                 0, message_create_batch.dedup_keys[i], NULL, 0, 'created', false) r;
+                                 0, message_create_batch.dedup_keys[i], NULL, 0, NULL, false) r;
         status := v_result.status;
         id := v_result.id;
         v_ids := v_ids || v_result.id;
+        v_created := v_created OR v_result.status = 'created';
         RETURN NEXT;
     END LOOP;
+    -- One wake-up for the batch, not one per element.
+    IF v_created THEN
+        PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
+    END IF;
 
     IF message_create_batch.idempotency_key IS NOT NULL THEN
         UPDATE lonnymq.batch b SET message_ids = v_ids

@@ -210,6 +210,7 @@ DECLARE
     v_message lonnymq.message;
     v_counted integer;
     v_raises integer := p_raises;
+    v_raise boolean;
 BEGIN
     IF p_only IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
@@ -256,26 +257,36 @@ BEGIN
                                 NULL::timestamptz;
             CONTINUE;
         END IF;
-        -- The turn. The head stays where it is, a lower bound: only
-        -- _channel_raise_head raises it.
+        -- Its last due message taken: its head rises with this turn (under
+        -- the head lock, see _channel_raise_head), so a drained channel leaves
+        -- the scheduler (and becomes sweepable) at once. Otherwise the head
+        -- stays where it is, a lower bound.
+        v_raise := v_raises > 0
+                   AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
+                                   WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
+                                     AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms)
+                   AND lonnymq._take_head_lock(v_channel.lock_key);
+        v_raises := v_raises - v_raise::integer;
+        -- The turn, and the head, in one update of the row (its snapshot is
+        -- taken after the head lock, as _channel_refresh's is).
         v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                         v_channel.max_size)::integer;
         UPDATE lonnymq.channel c
         SET locked_count = c.locked_count + v_counted,
             last_turn_ms = p_now_ms,
             turn_seq = x.seq,
-            ready_ms = lonnymq._ready_ms(c.head_ms, p_now_ms, c.release_interval_ms,
-                                         c.locked_count + v_counted, c.max_concurrency, x.seq)
-        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
+            head_ms = CASE WHEN v_raise THEN x.head_ms ELSE c.head_ms END,
+            ready_ms = lonnymq._ready_ms(CASE WHEN v_raise THEN x.head_ms ELSE c.head_ms END, p_now_ms,
+                                         c.release_interval_ms, c.locked_count + v_counted, c.max_concurrency,
+                                         x.seq)
+        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq,
+                     CASE WHEN v_raise
+                          THEN (SELECT m.dequeue_ms FROM lonnymq.message m
+                                WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
+                                  AND m.locked_until_ms IS NULL
+                                ORDER BY m.dequeue_ms, m.id
+                                LIMIT 1) END AS head_ms) x
         WHERE c.id = v_channel.id;
-        -- Its last due message taken: raise the head now, so a drained
-        -- channel leaves the scheduler (and becomes sweepable) at once.
-        IF v_raises > 0 AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
-                       WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
-                         AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) THEN
-            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
-            v_raises := v_raises - 1;
-        END IF;
         channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
         content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
         dequeue_at := lonnymq._dequeue_at(v_message.dequeue_ms, v_message.priority);
@@ -358,7 +369,7 @@ BEGIN
           WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
             AND (p_channelless_ms IS NULL
                  OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-            AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
+            AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR KEY SHARE SKIP LOCKED) x;
@@ -366,7 +377,7 @@ BEGIN
         SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
         FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
               WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried) AND NOT c.paused
-                AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
+                AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
               ORDER BY c.last_turn_ms, c.turn_seq, c.id
               LIMIT p_want
               FOR KEY SHARE SKIP LOCKED) x;
@@ -544,7 +555,9 @@ BEGIN
                 v_tried := v_tried || v_row.channel_id;  -- nothing to take there in this call
                 CONTINUE;
             END IF;
-            v_served := v_served || v_row.channel_id;
+            IF v_row.channel_id <> ALL (v_served) THEN
+                v_served := v_served || v_row.channel_id;  -- (channels, once each: see v_raises)
+            END IF;
             id := v_row.id; channel := v_row.channel; content := v_row.content; state := v_row.state;
             num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at; recovered := false;
             RETURN NEXT;

@@ -30,8 +30,9 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
 -- The common case is three statements: lock the message, pin its channel
--- (_pin_channel), delete the message unless its channel keeps counters or
--- archives completed messages; those channels take _settle_locked.
+-- (_pin_channel, which returns its policy), delete the message, unless its
+-- channel keeps counters or archives completed messages: those channels take
+-- _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -39,6 +40,7 @@ DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
     v_channel_id bigint;
+    v_channel lonnymq.channel;
     v_message lonnymq.message;
 BEGIN
     IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
@@ -56,19 +58,17 @@ BEGIN
         RETURN 'state_invalid';  -- not delivered, or redelivered since: a stale attempt
     END IF;
     IF v_channel_id IS NOT NULL THEN
-        PERFORM lonnymq._pin_channel(v_channel_id);
+        -- The policy as it is now, and until commit (see _pin_channel): a
+        -- channel_set that committed meanwhile is seen.
+        v_channel := lonnymq._pin_channel(v_channel_id);
     END IF;
-    -- The policy is read after the pin, so a channel_set that committed
-    -- meanwhile is seen.
-    DELETE FROM lonnymq.message m
-    WHERE m.id = message_complete.id
-      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                      WHERE c.id = m.channel_id
-                        AND (c.retain_completed
-                             OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)));
-    IF NOT FOUND THEN
+    IF coalesce(v_channel.retain_completed
+                OR lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                      v_channel.max_size), false) THEN
         SELECT m.* INTO v_message FROM lonnymq.message m WHERE m.id = message_complete.id;
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
+    ELSE
+        DELETE FROM lonnymq.message m WHERE m.id = message_complete.id;
     END IF;
     RETURN 'completed';
 END

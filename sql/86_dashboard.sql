@@ -162,7 +162,7 @@ BEGIN
     FROM (SELECT c.*, (c.max_concurrency IS NOT NULL AND c.locked_count >= c.max_concurrency) AS saturated
           FROM lonnymq.channel c
           WHERE c.queue_id = v_queue_id
-          ORDER BY 2 DESC, c.head_ms NULLS LAST, c.name
+          ORDER BY saturated DESC, c.head_ms NULLS LAST, c.name
           LIMIT channel_summary.max_channels) c
     ORDER BY c.saturated DESC, c.head_ms NULLS LAST, c.name;
 END

@@ -138,6 +138,14 @@ FROM lonnymq.message_dequeue('rotation', 60000, 3);
 SELECT string_agg(convert_from(content, 'UTF8'), ' ') AS next_single
 FROM lonnymq.message_dequeue('rotation', 60000, 1);
 
+-- A channel drained by one call that serves more than 256 messages (the head
+-- lock budget counts channels, not messages) still leaves the scheduler.
+SELECT count(*) FROM lonnymq.message_create_batch('drained', array_fill('one'::text, ARRAY[300]),
+                                                  array_fill('x'::bytea, ARRAY[300]));
+SELECT count(*) FROM lonnymq.message_dequeue('drained', 60000, 300);
+SELECT head_ms IS NULL AS no_head, ready_ms IS NULL AS not_scheduled
+FROM lonnymq.channel WHERE queue_id = (SELECT id FROM lonnymq.queue WHERE name = 'drained');
+
 -- Invalid arguments.
 SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue(NULL, 1000)$$);
 SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', NULL)$$);

@@ -109,3 +109,12 @@ SELECT lonnymq.archive_prune(interval '0 seconds') > 0 AS pruned_all;
 SELECT count(*) AS archive_left FROM lonnymq.message_archive;
 SELECT pg_temp.try($$SELECT lonnymq.archive_prune('0 seconds', outcome => 'gone')$$);
 SELECT pg_temp.try($$SELECT lonnymq.archive_prune('0 seconds', queue => '')$$);
+
+-- channel_summary puts saturated channels first, also when max_channels cuts
+-- the list: here the saturated 'z' wins over 'a', whose work waited longer.
+SELECT count(*) FROM (SELECT lonnymq.message_create('sum', 'a', c::bytea) FROM unnest(ARRAY['a1', 'a2']) c) s;
+SELECT max_concurrency FROM lonnymq.channel_set('sum', 'z', max_concurrency => 1);
+SELECT count(*) FROM (SELECT lonnymq.message_create('sum', 'z', c::bytea) FROM unnest(ARRAY['z1', 'z2']) c) s;
+SELECT channel FROM lonnymq.message_dequeue('sum', 60000, 2) ORDER BY 1;
+SELECT channel, saturated FROM lonnymq.channel_summary('sum', max_channels => 1);
+SELECT channel, saturated FROM lonnymq.channel_summary('sum');
