@@ -372,3 +372,14 @@ def own_cluster() -> Iterator[OwnCluster]:
 
 def jitter(low: float, high: float) -> float:
     return random.uniform(low, high)
+
+
+def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs the lonnymq command line as a user would, against ``dsn``."""
+    return subprocess.run(
+        [sys.executable, "-m", "lonnymq", "--dsn", dsn, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import re
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from .conftest import ADMIN_DSN, ROOT, drop_database, dsn_for, recreate_database, scalar, verify
+from .conftest import (
+    ADMIN_DSN,
+    ROOT,
+    cli,
+    drop_database,
+    dsn_for,
+    recreate_database,
+    scalar,
+    verify,
+)
 
 # Operator symbols planted: a superset of those in the install script (checked below).
 SYMBOLS = ["=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "||", "~", "!~", "~~"]
@@ -147,16 +155,6 @@ def planted_db() -> Iterator[tuple[str, str]]:
         drop_database(ADMIN_DSN, name)
         with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(planter)))
-
-
-def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lonnymq", "--dsn", dsn, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
 
 
 def install(dsn: str, path: str) -> subprocess.CompletedProcess[str]:

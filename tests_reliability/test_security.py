@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -38,6 +36,7 @@ from lonnymq import Backoff, Message, Queue, Retry, Worker
 from .conftest import (
     ADMIN_DSN,
     ROOT,
+    cli,
     drop_database,
     dsn_for,
     recreate_database,
@@ -175,16 +174,6 @@ def allowed_calls(dsn: str, queue: str, pending: int, archive_id: int, skip: set
             except DENIED:
                 pass
     return allowed
-
-
-def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lonnymq", "--dsn", dsn, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
 
 
 def test_a_role_without_grants_can_do_nothing(security_db: dict[str, str], queue_name: str) -> None:

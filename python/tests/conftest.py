@@ -7,14 +7,16 @@ The client never creates the extension, so the session fixture does it explicitl
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from lonnymq import AsyncQueue, Queue
+from lonnymq import AsyncQueue, Queue, Worker
 
 ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
 TEST_DATABASE = "lonnymq_pytest"
@@ -64,3 +66,22 @@ def db(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     """An autocommit connection for looking at the tables behind the client's back."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Any]:
+    """Runs workers in threads and makes sure they are stopped when the test ends."""
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def start(worker: Worker) -> threading.Thread:
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        running.append((worker, thread))
+        return thread
+
+    yield start
+    for worker, _thread in running:
+        worker.stop()
+    for _worker, thread in running:
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "worker did not stop"

@@ -7,7 +7,6 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,25 +17,6 @@ from lonnymq import Backoff, Message, Queue, Retry, Worker
 from .helpers import live_ids, locked_count, wait_for
 
 FAST_BACKOFF = Backoff(base_ms=50, factor=2.0, max_ms=1000, jitter=0.0)
-
-
-@pytest.fixture
-def start_worker() -> Iterator[Any]:
-    """Runs workers in threads and makes sure they are stopped when the test ends."""
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def start(worker: Worker) -> threading.Thread:
-        thread = threading.Thread(target=worker.run, daemon=True)
-        thread.start()
-        running.append((worker, thread))
-        return thread
-
-    yield start
-    for worker, _thread in running:
-        worker.stop()
-    for _worker, thread in running:
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 def test_backoff_grows_and_jitters() -> None:

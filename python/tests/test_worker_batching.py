@@ -82,24 +82,6 @@ def ids(results: Sequence[CreateResult]) -> list[int]:
     return [r.id for r in results if r.id is not None]
 
 
-@pytest.fixture
-def start_worker() -> Iterator[Any]:
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def start(worker: Worker) -> threading.Thread:
-        thread = threading.Thread(target=worker.run, daemon=True)
-        thread.start()
-        running.append((worker, thread))
-        return thread
-
-    yield start
-    for worker, _thread in running:
-        worker.stop()
-    for _worker, thread in running:
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "worker did not stop"
-
-
 def archived_completed(db: psycopg.Connection[Any], queue: str) -> list[int]:
     rows = db.execute(
         "SELECT message_id FROM lonnymq.message_archive WHERE queue = %s AND outcome = 'completed'",

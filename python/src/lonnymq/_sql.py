@@ -120,9 +120,37 @@ SELECT lonnymq.schedule_set(
 
 SCHEDULE_DELETE = "SELECT lonnymq.schedule_delete(name => %s::pg_catalog.text)"
 
-# Every queue with messages or an archive, for ``lonnymq status`` without ``--queue``.
-QUEUE_NAMES = """
-SELECT queue FROM lonnymq.queue_stats ORDER BY queue
+# Every queue with messages or an archive, for ``lonnymq status`` without ``--queue``: one
+# read of each view for all queues (each read counts the whole message table).
+ALL_QUEUE_STATS = """
+SELECT queue, channels, ready, scheduled, locked, archived
+  FROM lonnymq.queue_stats
+ ORDER BY queue
+"""
+
+ALL_CHANNEL_STATS = """
+SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interval_ms,
+       max_size, max_attempts, oldest_ready_ms
+  FROM lonnymq.channel_stats
+ ORDER BY queue, channel NULLS FIRST
+"""
+
+# The queues that exist, cheaply (no count of their messages): for waiters of every queue.
+QUEUE_NAMES = "SELECT queue FROM lonnymq.queue_summary(count_limit => 1)"
+
+# A waiter of several queues (``lonnymq tail``, the dashboard's live page) moves its
+# announcement from the queues ``before`` to the queues ``now``: new ones first, so that no
+# event falls in between, and only the difference.
+ANNOUNCE = """
+SELECT pg_catalog.count(lonnymq.wait_begin(q))
+  FROM pg_catalog.unnest(%(now)s::pg_catalog.text[]) q
+ WHERE q OPERATOR(pg_catalog.<>) ALL (%(before)s::pg_catalog.text[])
+"""
+
+WITHDRAW = """
+SELECT pg_catalog.count(lonnymq.wait_end(q))
+  FROM pg_catalog.unnest(%(before)s::pg_catalog.text[]) q
+ WHERE q OPERATOR(pg_catalog.<>) ALL (%(now)s::pg_catalog.text[])
 """
 
 QUEUE_STATS = """

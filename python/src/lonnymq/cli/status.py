@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.rows import class_row
 from psycopg_pool import ConnectionPool
 
 from .. import _sql
@@ -33,15 +34,28 @@ def register(commands: Any) -> None:
 
 
 def run(dsn: str, args: argparse.Namespace) -> int:
-    # One connection serves every queue's Queue.queue_stats and Queue.channel_stats.
     with ConnectionPool(dsn, min_size=1, max_size=1, open=True) as pool:
-        with pool.connection() as conn:
-            names = [str(r[0]) for r in conn.execute(_sql.QUEUE_NAMES).fetchall()]
-        shown = []
-        for name in names:
-            if args.queue is None or name == args.queue:
-                queue = Queue(pool, name)
-                shown.append(render_queue(queue.queue_stats(), queue.channel_stats()))
+        if args.queue is not None:
+            queue = Queue(pool, args.queue)
+            stats = [queue.queue_stats()]
+            channels = queue.channel_stats()
+            stats = [
+                s for s in stats if s.channels or s.ready or s.scheduled or s.locked or s.archived
+            ]
+        else:
+            # Every queue in one read of each view (each read counts the whole message table).
+            with pool.connection() as conn:
+                stats = (
+                    conn.cursor(row_factory=class_row(QueueStats))
+                    .execute(_sql.ALL_QUEUE_STATS)
+                    .fetchall()
+                )
+                channels = (
+                    conn.cursor(row_factory=class_row(ChannelStats))
+                    .execute(_sql.ALL_CHANNEL_STATS)
+                    .fetchall()
+                )
+        shown = [render_queue(s, [c for c in channels if c.queue == s.queue]) for s in stats]
     if not shown:
         print("no queues" if args.queue is None else f"queue {printable(args.queue)} is empty")
         return 0

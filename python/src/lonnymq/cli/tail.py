@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from .. import _sql
 from ._text import printable
 
 CHANNELS = ("lonnymq", "lonnymq_dead")
@@ -33,19 +34,14 @@ def announce(
     """Producers send 'lonnymq' events only while a consumer waits (lonnymq.wait_begin): tail
     counts as one, for its queue or every queue, on its own autocommit connection. The new
     announcement comes before the old one ends, so no event falls in between."""
-    waiter.execute(
-        "SELECT count(lonnymq.wait_begin(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
-        (queues_now,),
-    )
-    waiter.execute(
-        "SELECT count(lonnymq.wait_end(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
-        (before,),
-    )
+    moved = {"now": queues_now, "before": before}
+    waiter.execute(_sql.ANNOUNCE, moved)
+    waiter.execute(_sql.WITHDRAW, moved)
     return queues_now
 
 
 def queues(conn: psycopg.Connection[Any]) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT queue FROM lonnymq.queue_stats").fetchall()]
+    return [r[0] for r in conn.execute(_sql.QUEUE_NAMES).fetchall()]
 
 
 def run(dsn: str, args: argparse.Namespace) -> int:

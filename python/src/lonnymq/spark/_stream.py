@@ -212,15 +212,15 @@ class StreamCore:
         assert row is not None
         self._target = (int(row[0]), row[1])
 
-    def _target_left(self, conn: psycopg.Connection[Any]) -> int | None:
+    def _target_left(self, conn: psycopg.Connection[Any], limit: int) -> int | None:
         """availableNow: how many messages that were ready when the query started are still
-        ready (None: no availableNow)."""
+        ready, counted up to ``limit`` (None: no availableNow)."""
         if self._target is None:
             return None
         row = conn.execute(
-            "SELECT pg_catalog.count(*) FROM lonnymq.messages m WHERE m.queue = %s"
-            " AND m.id <= %s AND m.locked_until IS NULL AND m.dequeue_at <= %s",
-            (self.queue, *self._target),
+            "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.messages m WHERE m.queue = %s"
+            " AND m.id <= %s AND m.locked_until IS NULL AND m.dequeue_at <= %s LIMIT %s) x",
+            (self.queue, *self._target, limit),
         ).fetchone()
         return int(row[0]) if row else 0
 
@@ -250,7 +250,7 @@ class StreamCore:
                 return self._last
             if time.monotonic() < self._idle_until:
                 return start or _offset(stream, batch)
-            left = self._target_left(conn)
+            left = self._target_left(conn, n)
             if left is not None:
                 # Never more than what is left of the start's ready messages: fairness
                 # across channels may serve a newer message before an older one, but

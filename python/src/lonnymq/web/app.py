@@ -28,6 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from .. import _sql
 from .db import CHANNEL_COUNT_LIMIT, Database, Row
 from .live import Broadcaster
 from .metrics import DatabaseCollector
@@ -419,10 +420,8 @@ class Dashboard:
 
     async def channel_policy(self, form: FormData) -> str:
         queue, channel = required(form, "queue"), required(form, "channel")
-        await self.db.value(
-            "SELECT lonnymq.channel_set(queue => %s, channel => %s, max_concurrency => %s,"
-            " release_interval_ms => %s, max_size => %s, max_attempts => %s,"
-            " retain_completed => %s) IS NOT NULL",
+        await self.db.row(
+            _sql.CHANNEL_SET,
             (
                 queue,
                 channel,
@@ -437,15 +436,12 @@ class Dashboard:
 
     async def message_cancel(self, form: FormData) -> str:
         message_id = required_int(form, "id")
-        status = await self.db.value("SELECT lonnymq.message_cancel(%s::bigint)", (message_id,))
+        status = await self.db.value(_sql.MESSAGE_CANCEL, (message_id,))
         return f"message {message_id}: {status}"
 
     async def archive_requeue(self, form: FormData) -> str:
         archive_id = required_int(form, "id")
-        row = await self.db.row(
-            "SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::bigint)",
-            (archive_id,),
-        )
+        row = await self.db.row(_sql.ARCHIVE_REQUEUE, (archive_id,))
         assert row is not None
         if row["status"] == "created":
             return f"archived {archive_id}: requeued as message {row['id']}"

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
+from .. import _sql
+
 log = logging.getLogger("lonnymq.web")
 
 CHANNELS = ("lonnymq", "lonnymq_dead")
@@ -103,16 +105,11 @@ async def _announce(waiter: psycopg.AsyncConnection, before: list[str]) -> list[
     That is the cost of a live page: producers notify while it is open. The new announcement
     comes before the old one ends; without the grants the page falls back to its timer."""
     try:
-        cur = await waiter.execute("SELECT queue FROM lonnymq.queue_summary(1)")
+        cur = await waiter.execute(_sql.QUEUE_NAMES)
         queues = [row[0] for row in await cur.fetchall()]
-        await waiter.execute(
-            "SELECT count(lonnymq.wait_begin(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
-            (queues,),
-        )
-        await waiter.execute(
-            "SELECT count(lonnymq.wait_end(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q",
-            (before,),
-        )
+        moved = {"now": queues, "before": before}
+        await waiter.execute(_sql.ANNOUNCE, moved)
+        await waiter.execute(_sql.WITHDRAW, moved)
     except psycopg.errors.InsufficientPrivilege as exc:
         log.info(
             "live page cannot announce itself as waiting (%s): events only while workers wait", exc
