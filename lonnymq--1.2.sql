@@ -132,6 +132,11 @@ CREATE SEQUENCE lonnymq.turn_seq;
 -- A channel: a virtual queue inside a queue, usually one per tenant.
 -- Producers never update this row (see docs/design.md): dequeuers, settlers
 -- and channel_set own it, so a busy producer cannot turn dequeuers away.
+-- Every create pins the row (a tuple lock) and every turn rewrites it, so a
+-- few hot channels on one page serialize on that page's lock and prune it
+-- often: rows are spread thin (fillfactor 20, about 14 per page; +15-25% on
+-- workload 1 of bench/, for 3.5x the table's size, about 600 bytes per
+-- channel).
 CREATE SEQUENCE lonnymq.channel_id_seq;
 CREATE TABLE lonnymq.channel (
     id bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq.channel_id_seq') PRIMARY KEY,
@@ -163,7 +168,7 @@ CREATE TABLE lonnymq.channel (
     -- channel_pause: out of the ready index (below), so dequeue never meets it.
     paused boolean NOT NULL DEFAULT false,
     UNIQUE (queue_id, name)
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 20);
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
 COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling state.';
 
@@ -1510,7 +1515,7 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- deadlock and a busy row only ever sends it to the next candidate.
 --
 -- message_dequeue is a short loop over named, set-based steps, each of which
--- serves as many messages as it can in one or two statements:
+-- claims as many messages as it can in one or two statements:
 --   _dequeue_expired      redeliver messages whose lock expired
 --   _dequeue_round        a round of free channels: lock the fairest, claim
 --                         one head each, record every turn
@@ -1519,9 +1524,14 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- Each step is a few plain statements, each touching a handful of rows
 -- through an index: large multi-CTE statements cost more to start than to run
 -- at these sizes, and their generic plans read whole tables.
--- Every step returns the delivery rows; _dequeue_round and _dequeue_held
--- also return a row with a NULL id for each channel they took but could not
--- serve, which the caller passes over for the rest of the call.
+-- A step returns the ids it claimed, in delivery order, not the delivery rows:
+-- it is then a plain function call (PL/pgSQL evaluates `x := f(...)` without
+-- starting an executor), not a set-returning one whose rows are copied
+-- through a tuplestore at every level; message_dequeue reads all the claimed
+-- rows in one statement at the end. _dequeue_round and _dequeue_held also
+-- return the channels they served, those they took but could not serve
+-- (which the caller passes over for the rest of the call), and how many head
+-- locks they used (see _head_lock_budget).
 -- ===========================================================================
 
 -- The dequeue_at a delivery reports: priority messages show their creation
@@ -1611,20 +1621,20 @@ COMMENT ON FUNCTION lonnymq._dead_letter_expired(lonnymq.message, lonnymq.channe
     IS 'Archives an expired delivery that is out of attempts, if its channel can be had without waiting.';
 
 -- Step 1. Redelivers up to p_want messages whose lock expired, earliest
--- expiry first. Their channel slots stayed counted, so limits are unaffected.
--- One statement when none has expired.
+-- expiry first, and returns their ids in that order. Their channel slots
+-- stayed counted, so limits are unaffected. One statement when none has
+-- expired.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_expired(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                     p_want integer)
-RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz, recovered boolean)
+RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
-#variable_conflict use_column
 DECLARE
+    v_ids bigint[] := '{}';
     v_want integer := p_want;
     v_expired bigint[];
+    v_claimed bigint[];
     v_skipped bigint[] := '{}';  -- out of attempts, but their channel was busy
-    v_served integer;
     v_dying record;
 BEGIN
     WHILE v_want > 0 LOOP
@@ -1636,19 +1646,17 @@ BEGIN
               LIMIT v_want
               FOR UPDATE SKIP LOCKED) x;
         EXIT WHEN pg_catalog.cardinality(v_expired) = 0;
-        RETURN QUERY
         WITH claimed AS (
             UPDATE lonnymq.message m
             SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
             WHERE m.id = ANY (v_expired)
               AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
                               WHERE c.id = m.channel_id AND m.num_attempts >= c.max_attempts)
-            RETURNING m.*
+            RETURNING m.id
         )
-        SELECT k.id, c.name, k.content, k.state, k.num_attempts, lonnymq._dequeue_at(k.dequeue_ms, k.priority), true
-        FROM claimed k LEFT JOIN lonnymq.channel c ON c.id = k.channel_id
-        ORDER BY pg_catalog.array_position(v_expired, k.id);
-        GET DIAGNOSTICS v_served = ROW_COUNT;
+        SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY pg_catalog.array_position(v_expired, k.id)), '{}')
+        INTO v_claimed FROM claimed k;
+        v_ids := v_ids || v_claimed;
         -- The rest are out of attempts: dead-lettered, then their places refilled.
         FOR v_dying IN
             SELECT m AS message, c AS channel FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
@@ -1660,12 +1668,13 @@ BEGIN
             END IF;
         END LOOP;
         EXIT WHEN pg_catalog.cardinality(v_expired) < v_want;  -- none left
-        v_want := v_want - v_served;
+        v_want := v_want - pg_catalog.cardinality(v_claimed);
     END LOOP;
+    RETURN v_ids;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer)
-    IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
+    IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts; the ids redelivered.';
 
 -- A channel taken for a round had nothing due (a stale key, or every ready
 -- message being claimed by others): its head is raised if that can be done
@@ -1699,25 +1708,25 @@ COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean
 -- what single dequeues in a row do: a channel served gets a key (this turn)
 -- after all of them. A channel with nothing to take (a stale key, or every
 -- ready message being claimed by others) takes no turn, gets its head raised
--- if it can be, and comes back as a row with a NULL id. At most p_raises heads
--- are raised (each holds an advisory lock until commit, and the lock table is
--- shared and finite); past that, heads stay early, which is safe.
+-- if it can be, and comes back in `tried`. At most p_raises heads are raised
+-- (each holds an advisory lock until commit, and the lock table is shared
+-- and finite); past that, heads stay early, which is safe. `raised` counts
+-- the head locks used.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                  p_only bigint[], p_raises integer)
-RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz)
+                                                  p_only bigint[], p_raises integer,
+                                                  OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
+                                                  OUT raised integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
-#variable_conflict use_column
 DECLARE
     v_round lonnymq.channel[];
     v_channel lonnymq.channel;
-    v_message lonnymq.message;
+    v_id bigint;
     v_counted integer;
-    v_raises integer := p_raises;
     v_raise boolean;
 BEGIN
+    ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
     IF p_only IS NULL THEN
         SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
         FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
@@ -1755,24 +1764,23 @@ BEGIN
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
-        RETURNING m.* INTO v_message;
+        RETURNING m.id INTO v_id;
         IF NOT FOUND THEN
-            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, v_raises > 0);
-            v_raises := v_raises - 1;
-            RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
-                                NULL::timestamptz;
+            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
+            raised := raised + 1;
+            tried := tried || v_channel.id;
             CONTINUE;
         END IF;
         -- Its last due message taken: its head rises with this turn (under
         -- the head lock, see _channel_raise_head), so a drained channel leaves
         -- the scheduler (and becomes sweepable) at once. Otherwise the head
         -- stays where it is, a lower bound.
-        v_raise := v_raises > 0
+        v_raise := raised < p_raises
                    AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
                                    WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
                                      AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms)
                    AND lonnymq._take_head_lock(v_channel.lock_key);
-        v_raises := v_raises - v_raise::integer;
+        raised := raised + v_raise::integer;
         -- The turn, and the head, in one update of the row (its snapshot is
         -- taken after the head lock, as _channel_refresh's is).
         v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
@@ -1793,10 +1801,8 @@ BEGIN
                                 ORDER BY m.dequeue_ms, m.id
                                 LIMIT 1) END AS head_ms) x
         WHERE c.id = v_channel.id;
-        channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
-        content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
-        dequeue_at := lonnymq._dequeue_at(v_message.dequeue_ms, v_message.priority);
-        RETURN NEXT;
+        ids := ids || v_id;
+        served := served || v_channel.id;
     END LOOP;
 END
 $$;
@@ -1806,16 +1812,15 @@ COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, intege
 -- Step 3. The queue's channel-less messages, in (dequeue_at, id) order. With
 -- a p_turn_seq (channels compete), one message, and its turn recorded on the
 -- queue row, only if that row is free: channel-less traffic never queues on it.
--- Otherwise up to p_want in one statement.
+-- Otherwise up to p_want in one statement. Returns the ids claimed, in order.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_channelless(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                         p_want integer, p_turn_seq bigint)
-RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz, recovered boolean)
+RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
-#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
 BEGIN
-    RETURN QUERY
     WITH claimed AS (
         UPDATE lonnymq.message m
         SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
@@ -1825,20 +1830,19 @@ BEGIN
                        ORDER BY f.dequeue_ms, f.id
                        LIMIT CASE WHEN p_turn_seq IS NULL THEN p_want ELSE 1 END
                        FOR UPDATE SKIP LOCKED)
-        RETURNING m.*
+        RETURNING m.id, m.dequeue_ms
     )
-    SELECT k.id, NULL::text, k.content, k.state, k.num_attempts, lonnymq._dequeue_at(k.dequeue_ms, k.priority), false
-    FROM claimed k
-    ORDER BY k.dequeue_ms, k.id;
-    IF FOUND AND p_turn_seq IS NOT NULL THEN
+    SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.dequeue_ms, k.id), '{}') INTO v_ids FROM claimed k;
+    IF pg_catalog.cardinality(v_ids) > 0 AND p_turn_seq IS NOT NULL THEN
         UPDATE lonnymq.queue q
         SET channelless_turn_ms = p_now_ms, channelless_turn_seq = p_turn_seq
         WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = p_queue.id FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
+    RETURN v_ids;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, integer, bigint)
-    IS 'Dequeue step: channel-less messages, as one more channel.';
+    IS 'Dequeue step: channel-less messages, as one more channel; the ids claimed.';
 
 -- Step 4. Every ready channel is held by another transaction: take messages
 -- from the fairest held channels without accounting anyway, exactly like a
@@ -1849,21 +1853,20 @@ COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, 
 -- statement, the channels picked in one statement (picking them one at a
 -- time would walk the held ones again for each). A channel found free by now
 -- is served by a round instead; one that cannot be served so (gone, or
--- accounted since) or has nothing to take comes back as a row with a NULL id.
+-- accounted since) or has nothing to take comes back in `tried`.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                  p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                 p_hinted bigint[], p_raises integer)
-RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz)
+                                                 p_hinted bigint[], p_raises integer,
+                                                 OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
+                                                 OUT raised integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
-#variable_conflict use_column
 DECLARE
     v_held lonnymq.channel[];
     v_channel lonnymq.channel;
-    v_left integer := p_want;
-    v_row record;
+    v_step record;
 BEGIN
+    ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
     -- Whether a held channel may be served depends on its current policy,
     -- which an older snapshot may not show: outside READ COMMITTED, never.
     IF NOT lonnymq._read_committed() THEN
@@ -1889,14 +1892,13 @@ BEGIN
               FOR KEY SHARE SKIP LOCKED) x;
     END IF;
     FOREACH v_channel IN ARRAY v_held LOOP
-        EXIT WHEN v_left <= 0;
-        FOR v_row IN SELECT * FROM lonnymq._serve_held(p_queue, v_channel, p_now_ms, p_lock_ms, v_left,
-                                                       p_channelless_ms, p_raises) LOOP
-            channel_id := v_row.channel_id; id := v_row.id; channel := v_row.channel; content := v_row.content;
-            state := v_row.state; num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at;
-            RETURN NEXT;
-            v_left := v_left - (v_row.id IS NOT NULL)::integer;
-        END LOOP;
+        EXIT WHEN pg_catalog.cardinality(ids) >= p_want;
+        v_step := lonnymq._serve_held(p_queue, v_channel, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
+                                      p_channelless_ms, p_raises - raised);
+        ids := ids || v_step.ids;
+        served := served || v_step.served;
+        tried := tried || v_step.tried;
+        raised := raised + v_step.raised;
     END LOOP;
 END
 $$;
@@ -1904,35 +1906,35 @@ COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer
     IS 'Dequeue step: messages of channels held by another dequeuer, without a turn.';
 
 -- One channel of _dequeue_held, pinned by the caller: up to p_want of its
--- messages, or a row with a NULL id when it has none to give.
+-- messages, or the channel in `tried` when it has none to give.
 CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel lonnymq.channel, p_now_ms bigint,
                                                p_lock_ms bigint, p_want integer, p_channelless_ms bigint,
-                                               p_raises integer)
-RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz)
+                                               p_raises integer,
+                                               OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
+                                               OUT raised integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
-#variable_conflict use_column
 DECLARE
-    v_channel lonnymq.channel := p_channel;
+    v_channel lonnymq.channel;
+    v_round record;
 BEGIN
     -- Its holder may have gone meanwhile: then it is served as a free channel.
     -- (Not one of p_tried: the caller picked it among the others.)
-    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, '{}',
-                                                      ARRAY[v_channel.id], p_raises);
-    IF FOUND THEN
+    v_round := lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, '{}',
+                                      ARRAY[p_channel.id], p_raises);
+    ids := v_round.ids; served := v_round.served; tried := v_round.tried; raised := v_round.raised;
+    IF pg_catalog.cardinality(ids) + pg_catalog.cardinality(tried) > 0 THEN
         RETURN;
     END IF;
     -- Still held. Read afresh: a policy change that committed after the pick's
     -- snapshot (but before the pin) may have made it accounted, and
     -- accounted channels are never served while held.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
+    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel.id;
     IF v_channel.id IS NOT NULL AND NOT v_channel.paused
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
         IF v_channel.max_attempts IS NOT NULL THEN
             PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, false, p_queue.name);
         END IF;
-        RETURN QUERY
         WITH claimed AS (
             UPDATE lonnymq.message m
             SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
@@ -1943,22 +1945,19 @@ BEGIN
                            ORDER BY s.dequeue_ms, s.id
                            LIMIT p_want
                            FOR UPDATE SKIP LOCKED)
-            RETURNING m.*
+            RETURNING m.id, m.dequeue_ms
         )
-        SELECT v_channel.id, k.id, v_channel.name, k.content, k.state, k.num_attempts,
-               lonnymq._dequeue_at(k.dequeue_ms, k.priority)
-        FROM claimed k
-        ORDER BY k.dequeue_ms, k.id;
-        IF FOUND THEN
+        SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.dequeue_ms, k.id), '{}') INTO ids FROM claimed k;
+        IF pg_catalog.cardinality(ids) > 0 THEN
+            served := ARRAY[p_channel.id];
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT p_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
-                        NULL::timestamptz;
+    tried := ARRAY[p_channel.id];
 END
 $$;
 COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer)
-    IS 'Messages of one held channel, without a turn; a NULL id when it has none.';
+    IS 'Messages of one held channel, without a turn; the channel in tried when it has none.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
 -- like max_messages single dequeues in a row (README, "Concepts": batches): expired locks
@@ -1974,18 +1973,19 @@ AS $$
 DECLARE
     v_queue lonnymq.queue;
     v_now_ms bigint := lonnymq._now_ms();
-    v_left integer := message_dequeue.max_messages;
-    v_channelless_ms bigint;            -- scheduling key of the channel-less messages; NULL: none ready
+    v_ids bigint[] := '{}';      -- claimed so far, in delivery order
+    v_recovered integer := 0;    -- the first this many of them are redeliveries
+    v_channelless_ms bigint;     -- scheduling key of the channel-less messages; NULL: none ready
     v_channels_ready boolean;    -- whether channels compete with them
     v_hinted bigint[];           -- busy channels with due hints: ready, maybe unrecorded
     v_tried bigint[] := '{}';    -- channels taken without success: passed over
-    v_served bigint[] := '{}';   -- channels this call took a turn on (it holds their rows)
+    v_served bigint[] := '{}';   -- channels this call served (it holds their rows; may repeat)
     v_only bigint[];             -- once a round came up short: look only at those
     v_held boolean := false;     -- the next channel step serves a held channel
+    v_raises integer := lonnymq._head_lock_budget();  -- head locks this call may still take
     v_turn_seq bigint;
-    v_raises integer;            -- heads this round may still raise (see _head_lock_budget)
-    v_asked integer;
-    v_taken integer;
+    v_taken bigint[];
+    v_step record;
     v_row record;
 BEGIN
     IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
@@ -2023,58 +2023,39 @@ BEGIN
         v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
     END IF;
     IF v_row.expired IS TRUE THEN
-        RETURN QUERY SELECT * FROM lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, v_left);
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
+        v_ids := lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, message_dequeue.max_messages);
+        v_recovered := pg_catalog.cardinality(v_ids);
     END IF;
     -- queue_pause: no fresh delivery. (Expired locks above are work handed
     -- out before the pause, redelivered as for a paused channel.)
-    IF v_queue.paused THEN
-        RETURN;
-    END IF;
-    IF v_channelless_ms IS NOT NULL THEN
+    IF v_channelless_ms IS NOT NULL AND NOT v_queue.paused THEN
         v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
             OR EXISTS (SELECT 1 FROM lonnymq.channel c
                        WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND NOT c.paused);
     END IF;
 
-    WHILE v_left > 0 LOOP
+    WHILE pg_catalog.cardinality(v_ids) < message_dequeue.max_messages AND NOT v_queue.paused LOOP
         -- Channels: a round of free ones or, once there is none and the
-        -- channel-less messages had their chance, a held one. (The
-        -- step not chosen is a one-time-false filter: it never runs.)
-        v_asked := v_left;
-        v_taken := 0;
-        -- Heads raised so far are at most the channels taken so far.
-        v_raises := greatest(0, lonnymq._head_lock_budget() - pg_catalog.cardinality(v_served)
-                                - pg_catalog.cardinality(v_tried));
-        FOR v_row IN
-            SELECT * FROM lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
-                                                 v_tried, v_only, v_raises)
-            WHERE NOT v_held
-            UNION ALL
-            SELECT * FROM lonnymq._dequeue_held(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
-                                                  v_tried, v_hinted, v_raises)
-            WHERE v_held
-        LOOP
-            v_taken := v_taken + 1;
-            IF v_row.id IS NULL THEN
-                v_tried := v_tried || v_row.channel_id;  -- nothing to take there in this call
-                CONTINUE;
-            END IF;
-            IF v_row.channel_id <> ALL (v_served) THEN
-                v_served := v_served || v_row.channel_id;  -- (channels, once each: see v_raises)
-            END IF;
-            id := v_row.id; channel := v_row.channel; content := v_row.content; state := v_row.state;
-            num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at; recovered := false;
-            RETURN NEXT;
-            v_left := v_left - 1;
-        END LOOP;
-        IF v_taken > 0 THEN
+        -- channel-less messages had their chance, a held one.
+        IF v_held THEN
+            v_step := lonnymq._dequeue_held(v_queue, v_now_ms, message_dequeue.lock_ms,
+                                            message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
+                                            v_channelless_ms, v_tried, v_hinted, v_raises);
+        ELSE
+            v_step := lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms,
+                                             message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
+                                             v_channelless_ms, v_tried, v_only, v_raises);
+        END IF;
+        v_ids := v_ids || v_step.ids;
+        v_served := v_served || v_step.served;
+        v_tried := v_tried || v_step.tried;
+        v_raises := v_raises - v_step.raised;
+        IF pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) > 0 THEN
             -- A round short, and not because of the channel-less turn: every
             -- other ready channel is held by someone else. Later rounds look
             -- only at the channels this call holds instead of walking past the
             -- others again.
-            IF NOT v_held AND v_taken < v_asked AND v_channelless_ms IS NULL THEN
+            IF NOT v_held AND pg_catalog.cardinality(v_ids) < message_dequeue.max_messages AND v_channelless_ms IS NULL THEN
                 v_only := v_served;
             END IF;
             v_held := false;
@@ -2088,17 +2069,37 @@ BEGIN
         -- The channel-less messages' turn. When channels compete, one message
         -- and its turn recorded: every ready channel comes before it again.
         v_turn_seq := CASE WHEN v_channels_ready THEN pg_catalog.nextval('lonnymq.turn_seq') END;
-        RETURN QUERY SELECT * FROM lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
-                                                                v_left, v_turn_seq);
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
-        IF v_taken = 0 OR v_turn_seq IS NULL THEN
+        v_taken := lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
+                                                message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
+                                                v_turn_seq);
+        v_ids := v_ids || v_taken;
+        IF pg_catalog.cardinality(v_taken) = 0 OR v_turn_seq IS NULL THEN
             v_channelless_ms := NULL;  -- none left, or none competed: the channel-less part is done
         ELSE
             v_channelless_ms := v_now_ms;
             v_queue.channelless_turn_seq := v_turn_seq;
         END IF;
     END LOOP;
+
+    -- The deliveries, in the order they were claimed. One id (the common
+    -- case) is read by its key: the plan over an array is re-planned on every
+    -- call (the planner prefers one for the array's actual length), which
+    -- costs more than the whole read.
+    IF pg_catalog.cardinality(v_ids) = 1 THEN
+        RETURN QUERY
+        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+               v_recovered = 1
+        FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+        WHERE m.id = v_ids[1];
+    ELSIF pg_catalog.cardinality(v_ids) > 1 THEN
+        RETURN QUERY
+        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+               o.n <= v_recovered
+        FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
+        JOIN lonnymq.message m ON m.id = o.id
+        LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+        ORDER BY o.n;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)

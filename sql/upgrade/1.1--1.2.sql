@@ -83,6 +83,10 @@ ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_d
 -- can overflow; a larger one already set would fail every dequeue of its queue.
 UPDATE lonnymq.channel SET release_interval_ms = 31557600000000 WHERE release_interval_ms > 31557600000000;
 
+-- Channel rows spread thin (see 10_tables.sql); rows written from now on
+-- follow it, existing pages fill up to it as their rows move.
+ALTER TABLE lonnymq.channel SET (fillfactor = 20);
+
 -- Operator controls (85_operate.sql): paused queues and channels. A paused
 -- channel leaves the ready index and is never swept.
 ALTER TABLE lonnymq.queue ADD COLUMN paused boolean NOT NULL DEFAULT false;

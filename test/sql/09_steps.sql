@@ -1,0 +1,112 @@
+-- The dequeue steps of 50_dequeue.sql, each called on its own (message_dequeue
+-- composes them; 02_dequeue tests the composition). Each returns the ids it
+-- claimed in delivery order; the channel steps also say which channels they
+-- served, which they took without success, and how many head locks they used.
+\i test/prelude.psql
+SELECT count(*) FROM (
+    SELECT lonnymq.message_create('steps', ch, convert_to(ch || n, 'UTF8'))
+    FROM unnest(ARRAY['a', 'b', 'c']) ch, generate_series(1, 2) n
+) s;
+SELECT status FROM lonnymq.message_create('steps', NULL, 'free1');
+SELECT status FROM lonnymq.message_create('steps', NULL, 'free2');
+CREATE FUNCTION pg_temp.q() RETURNS lonnymq.queue LANGUAGE sql AS
+$$ SELECT q FROM lonnymq.queue q WHERE q.name = 'steps' $$;
+-- Producers leave hints; a dequeue folds them into the channels' heads first.
+SELECT cardinality(lonnymq._absorb_hints((pg_temp.q()).id, lonnymq._now_ms(), 10)) AS busy;
+SELECT name, head_ms IS NOT NULL AS has_head FROM lonnymq.channel ORDER BY name;
+CREATE FUNCTION pg_temp.contents(p_ids bigint[]) RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce(string_agg(convert_from(m.content, 'UTF8'), ' ' ORDER BY o.n), '')
+    FROM unnest(p_ids) WITH ORDINALITY o(id, n) JOIN lonnymq.message m ON m.id = o.id
+$$;
+CREATE FUNCTION pg_temp.names(p_ids bigint[]) RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce(string_agg(c.name, ' ' ORDER BY o.n), '')
+    FROM unnest(p_ids) WITH ORDINALITY o(id, n) JOIN lonnymq.channel c ON c.id = o.id
+$$;
+
+-- A round of two: the two fairest channels, one head each, turns recorded
+-- (both move behind c), nothing tried, no head lock (neither drained).
+BEGIN;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served,
+       pg_temp.names(r.tried) AS tried, r.raised
+FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 2, NULL, '{}', NULL, 256) r;
+SELECT name, locked_count FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
+ORDER BY c.ready_ms, c.turn_seq, c.id;
+-- The claimed messages are locked with their attempt counted.
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, locked_until_ms IS NOT NULL AS locked
+FROM lonnymq.message WHERE queue_id = (pg_temp.q()).id ORDER BY id;
+ROLLBACK;
+
+-- p_only restricts the round to the given channels; p_tried passes over them.
+BEGIN;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served
+FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 3, NULL,
+                            ARRAY(SELECT id FROM lonnymq.channel WHERE name = 'a'),
+                            ARRAY(SELECT id FROM lonnymq.channel WHERE name IN ('a', 'c')), 256) r;
+ROLLBACK;
+
+-- A channel whose last due message is taken has its head raised in the same
+-- turn (one head lock used); one with nothing due comes back as tried.
+BEGIN;
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
+WHERE content = 'b2' AND queue_id = (pg_temp.q()).id;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served, r.raised
+FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 1, NULL, '{}',
+                            ARRAY(SELECT id FROM lonnymq.channel WHERE name = 'b'), 256) r;
+SELECT head_ms > lonnymq._now_ms() + 3000000 AS head_raised_to_b2, ready_ms > lonnymq._now_ms() AS not_ready
+FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+-- Its ready key is stale on purpose here (forced back to now): the round finds
+-- nothing due, takes no turn, and reports it tried.
+UPDATE lonnymq.channel SET ready_ms = lonnymq._now_ms() WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT cardinality(r.ids) AS claimed, pg_temp.names(r.tried) AS tried, r.raised
+FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 1, NULL, '{}',
+                            ARRAY(SELECT id FROM lonnymq.channel WHERE name = 'b'), 256) r;
+ROLLBACK;
+-- With no head lock left in the budget, a drained channel's head stays where
+-- it was (early, which is safe) and no lock is used.
+BEGIN;
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
+WHERE content = 'b2' AND queue_id = (pg_temp.q()).id;
+SELECT pg_temp.contents(r.ids) AS claimed, r.raised
+FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 1, NULL, '{}',
+                            ARRAY(SELECT id FROM lonnymq.channel WHERE name = 'b'), 0) r;
+SELECT head_ms <= lonnymq._now_ms() AS head_stays FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+ROLLBACK;
+
+-- Channel-less messages: in order, up to p_want without a turn, or one with
+-- a turn recorded on the queue row.
+BEGIN;
+SELECT pg_temp.contents(lonnymq._dequeue_channelless(pg_temp.q(), lonnymq._now_ms(), 60000, 5, NULL)) AS claimed;
+ROLLBACK;
+BEGIN;
+SELECT pg_temp.contents(lonnymq._dequeue_channelless(pg_temp.q(), lonnymq._now_ms(), 60000, 5, 424242)) AS claimed;
+SELECT channelless_turn_seq FROM lonnymq.queue WHERE name = 'steps';
+ROLLBACK;
+
+-- Expired locks: redelivered earliest expiry first, attempts counted; one out
+-- of attempts is dead-lettered instead.
+BEGIN;
+SELECT count(*) FROM lonnymq.message_dequeue('steps', 60000, 8);
+UPDATE lonnymq.message SET locked_until_ms = 1000 + id WHERE queue_id = (pg_temp.q()).id
+  AND content IN ('a1', 'b1', 'free2');
+UPDATE lonnymq.message SET locked_until_ms = 1 WHERE queue_id = (pg_temp.q()).id AND content = 'c1';
+SELECT name, max_attempts FROM lonnymq.channel_set('steps', 'c', max_attempts => 1);
+SELECT pg_temp.contents(lonnymq._dequeue_expired(pg_temp.q(), lonnymq._now_ms(), 60000, 10)) AS redelivered;
+SELECT convert_from(content, 'UTF8') AS content, num_attempts FROM lonnymq.message
+WHERE queue_id = (pg_temp.q()).id AND content IN ('a1', 'b1', 'free2') ORDER BY id;
+SELECT convert_from(content, 'UTF8') AS content, outcome FROM lonnymq.message_archive WHERE queue = 'steps';
+-- p_want bounds it.
+UPDATE lonnymq.message SET locked_until_ms = 1000 + id WHERE queue_id = (pg_temp.q()).id
+  AND content IN ('a1', 'b1', 'free2');
+SELECT pg_temp.contents(lonnymq._dequeue_expired(pg_temp.q(), lonnymq._now_ms(), 60000, 2)) AS redelivered;
+ROLLBACK;
+
+-- The held step serves a channel that is free by now as a round would (with
+-- its turn); one with nothing to give comes back as tried. (Held channels,
+-- taken while another transaction holds them: iso_held_many.spec.)
+BEGIN;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served, pg_temp.names(r.tried) AS tried
+FROM lonnymq._serve_held(pg_temp.q(), (SELECT c FROM lonnymq.channel c WHERE c.name = 'a'),
+                         lonnymq._now_ms(), 60000, 5, NULL, 256) r;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served, pg_temp.names(r.tried) AS tried
+FROM lonnymq._dequeue_held(pg_temp.q(), lonnymq._now_ms(), 60000, 5, NULL, '{}', '{}', 256) r;
+ROLLBACK;
