@@ -1588,6 +1588,7 @@ DECLARE
     v_round lonnymq.channel[];
     v_channel lonnymq.channel;
     v_id bigint;
+    v_drained boolean;
     v_counted integer;
     v_raise boolean;
 BEGIN
@@ -1629,7 +1630,13 @@ BEGIN
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
-        RETURNING m.id INTO v_id;
+        -- Whether it was the channel's last due message (this statement's
+        -- snapshot still shows it unlocked, hence "another"). Only a hint for
+        -- whether to raise the head: the raise reads afresh under the head lock.
+        RETURNING m.id, NOT EXISTS (SELECT 1 FROM lonnymq.message o
+                                    WHERE o.queue_id = p_queue.id AND o.channel_id = v_channel.id
+                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms AND o.id <> m.id)
+        INTO v_id, v_drained;
         IF NOT FOUND THEN
             PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
             raised := raised + 1;
@@ -1640,11 +1647,7 @@ BEGIN
         -- the head lock, see _channel_raise_head), so a drained channel leaves
         -- the scheduler (and becomes sweepable) at once. Otherwise the head
         -- stays where it is, a lower bound.
-        v_raise := raised < p_raises
-                   AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
-                                   WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
-                                     AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms)
-                   AND lonnymq._take_head_lock(v_channel.lock_key);
+        v_raise := v_drained AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
         raised := raised + v_raise::integer;
         -- The turn, and the head, in one update of the row (its snapshot is
         -- taken after the head lock, as _channel_refresh's is).
