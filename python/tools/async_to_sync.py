@@ -38,6 +38,7 @@ NAMES = {
     "AsyncIterator": "Iterator",
     "AsyncMessage": "Message",
     "AsyncQueue": "Queue",
+    "PromptAsyncPool": "PromptPool",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "amessage": "message",

@@ -12,13 +12,14 @@ import threading
 
 import psycopg
 
+from . import _timing
+
 log = logging.getLogger("lonnymq.worker")
 
 NOTIFY_CHANNEL = "lonnymq"
 
 # How often the thread re-checks whether it should stop while no notification arrives.
 POLL_STOP_S = 0.5
-RECONNECT_DELAY_S = 1.0
 
 
 def concerns(payload: str, queue: str) -> bool:
@@ -36,23 +37,30 @@ class Listener(threading.Thread):
         self._queue = queue
         self._wake = wake
         self._stopping = threading.Event()
+        self._listened = False  # whether the current connection got as far as LISTEN
         self.ready = threading.Event()
 
     def stop(self) -> None:
         self._stopping.set()
 
     def run(self) -> None:
+        pause_s = 0.0  # before reconnecting: none after a connection that listened
         while not self._stopping.is_set():
+            self._listened = False
             try:
                 self._listen()
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost (%s); relying on timed wake-ups", exc)
                 self._wake.set()
-                self._stopping.wait(RECONNECT_DELAY_S)
+                if self._listened:
+                    pause_s = 0.0
+                self._stopping.wait(pause_s)
+                pause_s = _timing.next_error_pause_s(pause_s)
 
     def _listen(self) -> None:
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute("LISTEN " + NOTIFY_CHANNEL)
+            self._listened = True
             self.ready.set()
             # Something may have been created while we were (re)connecting.
             self._wake.set()

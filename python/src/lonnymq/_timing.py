@@ -60,3 +60,19 @@ def settle_retry_delays_s(lock_ms: int) -> list[float]:
         total += delay
         delay = min(delay * 2, 1.0)
     return delays
+
+
+# A dequeue, or the LISTEN connection, that failed with its connection is tried again at
+# once, then after ERROR_PAUSE_FIRST_S doubling to ERROR_PAUSE_MAX_S while failures repeat.
+ERROR_PAUSE_FIRST_S = 0.05
+ERROR_PAUSE_MAX_S = 1.0
+
+
+def next_error_pause_s(pause_s: float) -> float:
+    """The pause after the one just taken (``0.0`` for the first failure). The usual first
+    failure is one connection killed while it sat in the pool: another one, or a new one,
+    works at once, so waiting would only add latency. Repeated failures mean the server is
+    away: then a few tries a second (the pool reconnects on the same schedule, see _pool)."""
+    if pause_s <= 0:
+        return ERROR_PAUSE_FIRST_S
+    return min(pause_s * 2, ERROR_PAUSE_MAX_S)

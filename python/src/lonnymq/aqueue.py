@@ -20,11 +20,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
 from ._content import Content, encode, encode_optional
+from ._pool import PromptAsyncPool
 from .amessage import AsyncMessage
 from .errors import LonnymqError
 from .models import (
@@ -57,8 +59,10 @@ class AsyncQueue:
         if not name:
             raise ValueError("queue name must not be empty")
         self.name = name
+        self.pool: AsyncConnectionPool
         if isinstance(conninfo_or_pool, str):
-            self.pool = AsyncConnectionPool(
+            # Reconnects within a second of the server's return (see _pool).
+            self.pool = PromptAsyncPool(
                 conninfo_or_pool,
                 min_size=1,
                 max_size=pool_size,
@@ -117,7 +121,19 @@ class AsyncQueue:
         else:
             await self._ensure_open()  # ASYNC
             async with self.pool.connection() as pooled:
-                yield pooled
+                if pooled.autocommit:
+                    yield pooled
+                    return
+                # Each call is one statement, which is its own transaction: with autocommit it
+                # is one round trip instead of three (BEGIN, statement, COMMIT), and the
+                # connection never sits idle in transaction between them. The pool's own
+                # setting is put back for its other users.
+                await pooled.set_autocommit(True)
+                try:
+                    yield pooled
+                finally:
+                    if pooled.pgconn.transaction_status == TransactionStatus.IDLE:
+                        await pooled.set_autocommit(False)
 
     async def _rows(
         self,
@@ -351,16 +367,14 @@ class AsyncQueue:
 
         Producers send the ``lonnymq`` NOTIFY only while a consumer waits, so a consumer that
         LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
-        connection held for the block (no transaction stays open); no wake-up is lost (see
-        ``lonnymq.wait_begin``)."""
+        connection held for the block (each statement commits at once: no transaction stays
+        open); no wake-up is lost (see ``lonnymq.wait_begin``)."""
         async with self._connection(None) as c:
             value = await self._scalar(_sql.WAIT_BEGIN, (self.name,), c)
-            await c.commit()
             try:
                 yield None if value is None else int(value)
             finally:
                 await self._scalar(_sql.WAIT_END, (self.name,), c)
-                await c.commit()
 
     async def queue_stats(self, *, conn: AsyncConnection[Any] | None = None) -> QueueStats:
         rows = await self._rows(_sql.QUEUE_STATS, (self.name,), conn, class_row(QueueStats))

@@ -23,7 +23,7 @@ import psycopg
 from . import _outcome, _periodic, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
-from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, RECONNECT_DELAY_S, concerns
+from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, concerns
 from .amessage import AsyncMessage
 from .aqueue import AsyncQueue
 from .hooks import Dispatch, WorkerHooks
@@ -160,6 +160,7 @@ class AsyncWorker:
     async def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
         woken_early = False  # whether the last sleep was cut short by a wake-up
+        error_pause_s = 0.0  # before retrying a dequeue that lost its connection
         while not self._stopping:
             self._wake.clear()
             free = self.concurrency - len(self._tasks)
@@ -168,6 +169,7 @@ class AsyncWorker:
                 continue
             try:
                 messages = await self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
+                error_pause_s = 0.0
                 if messages:
                     retry_ms, woken_early = _timing.MIN_RETRY_MS, False
                     for message in messages:
@@ -185,7 +187,8 @@ class AsyncWorker:
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
                 self.sleeping.clear()
-                await asyncio.sleep(1.0)
+                await self._stopped_or(error_pause_s)
+                error_pause_s = _timing.next_error_pause_s(error_pause_s)
                 continue
             if woken:
                 # Wake-ups are hints (any role may NOTIFY lonnymq): see _timing.
@@ -200,12 +203,14 @@ class AsyncWorker:
         )
 
     async def _listen(self) -> None:
+        pause_s = 0.0  # before reconnecting: none after a connection that listened
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.queue.conninfo, autocommit=True
                 ) as conn:
                     await conn.execute("LISTEN " + NOTIFY_CHANNEL)
+                    pause_s = 0.0
                     self._listening.set()
                     self._wake.set()
                     while True:
@@ -214,7 +219,8 @@ class AsyncWorker:
                                 self._wake.set()
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost (%s); relying on timed wake-ups", exc)
-                await asyncio.sleep(RECONNECT_DELAY_S)
+                await asyncio.sleep(pause_s)
+                pause_s = _timing.next_error_pause_s(pause_s)
 
     # -- work -------------------------------------------------------------------------------
 

@@ -22,11 +22,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from psycopg import Connection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from . import _sql
 from ._content import Content, encode, encode_optional
+from ._pool import PromptPool
 from .errors import LonnymqError
 from .message import Message
 from .models import (
@@ -54,8 +56,10 @@ class Queue:
         if not name:
             raise ValueError("queue name must not be empty")
         self.name = name
+        self.pool: ConnectionPool
         if isinstance(conninfo_or_pool, str):
-            self.pool = ConnectionPool(
+            # Reconnects within a second of the server's return (see _pool).
+            self.pool = PromptPool(
                 conninfo_or_pool,
                 min_size=1,
                 max_size=pool_size,
@@ -99,7 +103,19 @@ class Queue:
             yield conn
         else:
             with self.pool.connection() as pooled:
-                yield pooled
+                if pooled.autocommit:
+                    yield pooled
+                    return
+                # Each call is one statement, which is its own transaction: with autocommit it
+                # is one round trip instead of three (BEGIN, statement, COMMIT), and the
+                # connection never sits idle in transaction between them. The pool's own
+                # setting is put back for its other users.
+                pooled.set_autocommit(True)
+                try:
+                    yield pooled
+                finally:
+                    if pooled.pgconn.transaction_status == TransactionStatus.IDLE:
+                        pooled.set_autocommit(False)
 
     def _rows(
         self,
@@ -325,16 +341,14 @@ class Queue:
 
         Producers send the ``lonnymq`` NOTIFY only while a consumer waits, so a consumer that
         LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
-        connection held for the block (no transaction stays open); no wake-up is lost (see
-        ``lonnymq.wait_begin``)."""
+        connection held for the block (each statement commits at once: no transaction stays
+        open); no wake-up is lost (see ``lonnymq.wait_begin``)."""
         with self._connection(None) as c:
             value = self._scalar(_sql.WAIT_BEGIN, (self.name,), c)
-            c.commit()
             try:
                 yield None if value is None else int(value)
             finally:
                 self._scalar(_sql.WAIT_END, (self.name,), c)
-                c.commit()
 
     def queue_stats(self, *, conn: Connection[Any] | None = None) -> QueueStats:
         rows = self._rows(_sql.QUEUE_STATS, (self.name,), conn, class_row(QueueStats))

@@ -172,6 +172,7 @@ class Worker:
     def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
         woken_early = False  # whether the last sleep was cut short by a wake-up
+        error_pause_s = 0.0  # before retrying a dequeue that lost its connection
         while not self._stopping.is_set():
             # Clear before looking, so a wake-up that arrives while we look is not lost.
             self._wake.clear()
@@ -184,6 +185,7 @@ class Worker:
                 # One call for every free slot: under load, slots free up while a dequeue
                 # runs, so batches grow by themselves.
                 messages = self.queue.dequeue(lock_ms=self.lock_ms, max_messages=free)
+                error_pause_s = 0.0
                 if messages:
                     retry_ms, woken_early = _timing.MIN_RETRY_MS, False
                     self._hand_out(messages)
@@ -200,7 +202,8 @@ class Worker:
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
                 self.sleeping.clear()
-                self._stopping.wait(1.0)
+                self._stopping.wait(error_pause_s)
+                error_pause_s = _timing.next_error_pause_s(error_pause_s)
                 continue
             if woken:
                 # Wake-ups are hints (any role may NOTIFY lonnymq): see _timing.
