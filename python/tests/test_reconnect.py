@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import threading
 import time
@@ -77,20 +78,16 @@ class Proxy(threading.Thread):
         except OSError:
             pass
         for s in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def go_down(self) -> None:
         """Every open connection is cut and new ones are refused."""
         self.down = True
         with self._lock:
             for s in self._open:
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
             self._open.clear()
 
     def close(self) -> None:
@@ -107,7 +104,7 @@ def proxy(dsn: str) -> Iterator[Proxy]:
 
 
 def max_gap(times: list[float]) -> float:
-    return max(b - a for a, b in zip(times, times[1:], strict=False))
+    return max(b - a for a, b in itertools.pairwise(times))
 
 
 # -- no transaction around a call --------------------------------------------------------------
@@ -272,9 +269,7 @@ def relisten_gap(dsn: str) -> float:
     return time.monotonic() - killed
 
 
-def test_a_worker_listens_again_at_once(
-    dsn: str, queue: Queue, start_worker: Any
-) -> None:
+def test_a_worker_listens_again_at_once(dsn: str, queue: Queue, start_worker: Any) -> None:
     worker = Worker(queue, lambda m: None, max_sleep_ms=50)
     start_worker(worker)
     wait_for(lambda: len(listen_backends(dsn)) == 1, 10, "the worker to LISTEN")
@@ -292,4 +287,3 @@ async def test_an_async_worker_listens_again_at_once(dsn: str, aqueue: AsyncQueu
     finally:
         worker.stop()
         await asyncio.wait_for(task, 15)
-
