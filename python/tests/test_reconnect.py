@@ -41,7 +41,7 @@ class Proxy(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True, name="proxy")
         params = conninfo.conninfo_to_dict(ADMIN_DSN)
-        self.upstream = (str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
+        self.upstream = (str(params.get("host", "127.0.0.1")), int(str(params.get("port", 5432))))
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.down = False
