@@ -6,6 +6,8 @@
   growing 2 s, 4 s, 8 s... of psycopg_pool's default (a TCP proxy plays the server away).
 - A worker retries a dequeue that lost its connection at once, and reconnects its LISTEN
   connection at once, instead of pausing a fixed second.
+- A sleeping worker whose waiting announcement (wait_begin's session lock) dies with its
+  connection announces again at once: producers notify only while someone waits.
 
 The bounds below are the retry policy itself (at most ``RECONNECT_MAX_S`` between tries,
 the first retry immediate) checked with wide margins; how fast recovery is end to end is
@@ -284,6 +286,73 @@ async def test_an_async_worker_listens_again_at_once(dsn: str, aqueue: AsyncQueu
             wait_for, lambda: len(listen_backends(dsn)) == 1, 10, "the worker to LISTEN"
         )
         assert await asyncio.to_thread(relisten_gap, dsn) < FIRST_RETRY_BOUND_S
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+
+
+# -- a sleeping worker announces itself again ------------------------------------------------------
+
+
+def announcing_backends(dsn: str, queue: str) -> list[int]:
+    """Backends holding the waiting announcement (wait_begin's session lock) of ``queue``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND objsubid = 2 AND classid = lonnymq._waiting_lock_class()::oid"
+                " AND objid = hashtext(%s)::oid",
+                (queue,),
+            )
+        ]
+
+
+def kill_the_announcement(dsn: str, queue: str) -> None:
+    """Terminates the backend that holds the announcement of a sleeping worker; returns once
+    another backend announces (the worker noticed and announced again)."""
+    wait_for(lambda: len(announcing_backends(dsn, queue)) == 1, 10, "the worker to announce")
+    (old,) = announcing_backends(dsn, queue)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (old,))
+    # The worker sleeps up to a minute: before the fix it announced again only then, and a
+    # producer, seeing no waiter, sent no NOTIFY meanwhile.
+    wait_for(
+        lambda: [p for p in announcing_backends(dsn, queue) if p != old],
+        15,
+        "a new announcement",
+    )
+
+
+def test_a_worker_announces_again_when_its_waiting_connection_dies(
+    dsn: str, queue: Queue, start_worker: Any
+) -> None:
+    handled: list[int] = []
+    worker = Worker(queue, lambda m: handled.append(m.id), max_sleep_ms=60_000)
+    start_worker(worker)
+    kill_the_announcement(dsn, queue.name)
+    created = queue.create("job").id
+    wait_for(lambda: handled == [created], 15, "the NOTIFY-driven pickup")
+
+
+async def test_an_async_worker_announces_again_when_its_waiting_connection_dies(
+    dsn: str, aqueue: AsyncQueue
+) -> None:
+    handled: list[int] = []
+
+    async def handler(message: Any) -> None:
+        handled.append(message.id)
+
+    worker = AsyncWorker(aqueue, handler, max_sleep_ms=60_000)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.to_thread(kill_the_announcement, dsn, aqueue.name)
+        created = (await aqueue.create("job")).id
+        for _ in range(300):
+            if handled == [created]:
+                break
+            await asyncio.sleep(0.05)
+        assert handled == [created]
     finally:
         worker.stop()
         await asyncio.wait_for(task, 15)

@@ -15,8 +15,10 @@ before, nothing else changes) and ``python/tests/test_reconnect.py`` says so.
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
+from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 try:
@@ -54,3 +56,21 @@ if HOOKED:
 else:  # pragma: no cover
     PromptPool = ConnectionPool  # type: ignore[misc,assignment]
     PromptAsyncPool = AsyncConnectionPool  # type: ignore[misc,assignment]
+
+
+# How often a sleeping worker looks at the connection that holds its waiting announcement.
+WATCH_S = 0.25
+
+
+def closed_by_server(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has been closed under us (backend terminated, server
+    restarted), without a round trip: the server's farewell (a FATAL error, then EOF) makes
+    the socket readable, and an idle session that does not LISTEN is sent nothing else.
+    (If something else did arrive, the caller only looks for work a little early.)"""
+    if conn.closed:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)

@@ -369,10 +369,17 @@ class AsyncQueue:
         LISTENs sleeps inside this block. The announcement is a session-level lock on a pool
         connection held for the block (each statement commits at once: no transaction stays
         open); no wake-up is lost (see ``lonnymq.wait_begin``)."""
+        async with self._waiting() as (hint, _conn):
+            yield hint
+
+    @asynccontextmanager
+    async def _waiting(self) -> AsyncIterator[tuple[int | None, AsyncConnection[Any]]]:
+        """``waiting()`` that also yields the connection holding the announcement: the
+        announcement dies with it, so a worker watches it while it sleeps."""
         async with self._connection(None) as c:
             value = await self._scalar(_sql.WAIT_BEGIN, (self.name,), c)
             try:
-                yield None if value is None else int(value)
+                yield None if value is None else int(value), c
             finally:
                 await self._scalar(_sql.WAIT_END, (self.name,), c)
 

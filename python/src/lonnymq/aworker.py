@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 
-from . import _outcome, _periodic, _settle, _timing
+from . import _outcome, _periodic, _pool, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, concerns
@@ -157,6 +158,21 @@ class AsyncWorker:
             return True
         return False
 
+    async def _sleep_announced(
+        self, seconds: float, announcing: psycopg.AsyncConnection[Any]
+    ) -> bool:
+        """Sleeps until woken (returns True) or ``seconds`` passed, or the connection holding
+        the waiting announcement is lost: producers stop notifying with it gone, so the loop
+        must look for work and announce again at once, not at the end of a long sleep."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if await self._sleep(self._wake, min(left, _pool.WATCH_S)):
+                return True
+            if _pool.closed_by_server(announcing):
+                log.info("waiting connection lost; looking for work again")
+                break
+        return False
+
     async def _loop(self, until_idle: bool) -> None:
         retry_ms = _timing.MIN_RETRY_MS
         woken_early = False  # whether the last sleep was cut short by a wake-up
@@ -176,13 +192,13 @@ class AsyncWorker:
                         self._start(message)
                     continue
                 # Nothing to do: sleep announced as a waiter, so that producers notify.
-                async with self.queue.waiting() as hint:
+                async with self.queue._waiting() as (hint, announcing):
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
                     planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
                     started = time.monotonic()
-                    woken = await self._sleep(self._wake, planned_ms / 1000)
+                    woken = await self._sleep_announced(planned_ms / 1000, announcing)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)

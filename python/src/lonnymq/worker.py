@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
+from typing import Any
 
 import psycopg
 
-from . import _outcome, _periodic, _settle, _timing
+from . import _outcome, _periodic, _pool, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
 from ._listener import Listener
@@ -191,13 +192,13 @@ class Worker:
                     self._hand_out(messages)
                     continue
                 # Nothing to do: sleep announced as a waiter, so that producers notify.
-                with self.queue.waiting() as hint:
+                with self.queue._waiting() as (hint, announcing):
                     if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
                     planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
                     started = time.monotonic()
-                    woken = self._wake.wait(planned_ms / 1000)
+                    woken = self._sleep(planned_ms / 1000, announcing)
                     self.sleeping.clear()
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
@@ -210,6 +211,19 @@ class Worker:
                 self._stopping.wait(_timing.early_wake_floor_s(retry_ms, planned_ms, started))
             retry_ms = _timing.next_retry_ms(retry_ms, hint, woken_early)
             woken_early = woken
+
+    def _sleep(self, seconds: float, announcing: psycopg.Connection[Any]) -> bool:
+        """Sleeps until woken (returns True) or ``seconds`` passed, or the connection holding
+        the waiting announcement is lost: producers stop notifying with it gone, so the loop
+        must look for work and announce again at once, not at the end of a long sleep."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self._wake.wait(min(left, _pool.WATCH_S)):
+                return True
+            if _pool.closed_by_server(announcing):
+                log.info("waiting connection lost; looking for work again")
+                break
+        return False
 
     def _hand_out(self, messages: list[Message]) -> None:
         with self._lock:
