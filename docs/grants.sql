@@ -49,5 +49,5 @@ GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats, lo
     TO lonnymq_monitor;
 GRANT EXECUTE ON FUNCTION lonnymq.verify(), lonnymq.wait_hint_ms(text), lonnymq.wait_begin(text),
     lonnymq.wait_end(text), lonnymq.queue_summary(integer), lonnymq.channel_summary(text, integer, integer),
-    lonnymq.message_browse(text, text, text, integer)
+    lonnymq.message_browse(text, text, text, integer), lonnymq.periodic_summary(integer)
     TO lonnymq_monitor;

@@ -74,6 +74,11 @@ CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq,
 -- it would forget the pause.
 CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
     WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0 AND NOT paused;
+-- The channels of periodic messages (a Python Worker's every(NAME): one
+-- message in channel 'lonnymq.every:NAME'), for periodic_summary. Only those
+-- channels enter it, so it costs tenants' channels nothing.
+CREATE INDEX channel_periodic_idx ON lonnymq.channel (queue_id, name)
+    WHERE pg_catalog.starts_with(name, 'lonnymq.every:');
 
 -- Live messages: pending, scheduled or locked.
 CREATE SEQUENCE lonnymq.message_id_seq;

@@ -240,3 +240,36 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq.message_browse(text, text, text, integer)
     IS 'A page of live messages of a channel, by state, without content; for dashboards.';
+
+-- The periodic messages of every queue: a Python Worker's every(NAME) keeps
+-- one message in channel 'lonnymq.every:NAME' with that same dedup key. The
+-- channels come from channel_periodic_idx (periodic channels only), each
+-- message from message_dedup_idx: no tenant's channel or message is read.
+-- next_at is when it runs next; locked_until is set while a worker runs it;
+-- state is what the worker recorded after its last run (interval, time).
+-- A name without a message (cancelled) shows with message_id NULL.
+CREATE OR REPLACE FUNCTION lonnymq.periodic_summary(max_rows integer DEFAULT 100)
+RETURNS TABLE (queue text, name text, paused boolean, message_id bigint, num_attempts bigint, next_at timestamptz,
+               locked_until timestamptz, created_at timestamptz, state bytea)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF periodic_summary.max_rows IS NULL OR periodic_summary.max_rows NOT BETWEEN 1 AND 10000 THEN
+        PERFORM lonnymq._invalid('max_rows must be between 1 and 10000');
+    END IF;
+    RETURN QUERY
+    SELECT q.name, pg_catalog.substr(c.name, pg_catalog.length('lonnymq.every:') + 1), c.paused OR q.paused,
+           m.id, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+           'epoch'::timestamptz + m.locked_until_ms * '1 millisecond'::interval, m.created_at, m.state
+    FROM lonnymq.channel c
+    JOIN lonnymq.queue q ON q.id = c.queue_id
+    LEFT JOIN lonnymq.message m
+           ON m.queue_id = c.queue_id AND coalesce(m.channel_id, 0) = c.id AND m.dedup_key = c.name
+    WHERE pg_catalog.starts_with(c.name, 'lonnymq.every:')
+    ORDER BY q.name, c.name
+    LIMIT periodic_summary.max_rows;
+END
+$$;
+COMMENT ON FUNCTION lonnymq.periodic_summary(integer)
+    IS 'The periodic messages (Worker.every) of every queue, through an index of their channels; for dashboards.';

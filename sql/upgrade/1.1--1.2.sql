@@ -101,3 +101,8 @@ CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
 -- signature (an overload would make archive_prune('7 days') ambiguous).
 -- Its GRANTs, if any were given, must be given again.
 DROP FUNCTION lonnymq.archive_prune(interval);
+
+-- Periodic messages are listed through an index of their channels only
+-- (86_dashboard.sql, periodic_summary).
+CREATE INDEX channel_periodic_idx ON lonnymq.channel (queue_id, name)
+    WHERE pg_catalog.starts_with(name, 'lonnymq.every:');

@@ -4,7 +4,7 @@
 
 BEGIN;
 CREATE EXTENSION lonnymq;
-SELECT plan(147);
+SELECT plan(152);
 
 CREATE TEMP TABLE api (name text, args name[], arguments text, result text, returns text);
 INSERT INTO api VALUES
@@ -66,6 +66,10 @@ INSERT INTO api VALUES
  'TABLE(id bigint, message_channel text, num_attempts bigint, dequeue_at timestamp with time zone, '
  'locked_until timestamp with time zone, created_at timestamp with time zone, priority integer, dedup_key text, '
  'content_bytes integer)',
+ 'setof record'),
+('periodic_summary', '{integer}', 'max_rows integer DEFAULT 100',
+ 'TABLE(queue text, name text, paused boolean, message_id bigint, num_attempts bigint, next_at timestamp with time zone, '
+ 'locked_until timestamp with time zone, created_at timestamp with time zone, state bytea)',
  'setof record'),
 ('wait_hint_ms', '{text}', 'queue text', 'bigint', 'bigint'),
 ('wait_begin', '{text}', 'queue text', 'bigint', 'bigint'),
@@ -169,6 +173,8 @@ SELECT lonnymq.message_create('q', 'c', 'b', dedup_key => 'browse-me') IS NOT NU
 SELECT is((SELECT bool_or(b.dedup_key = 'browse-me')
            FROM lonnymq.message_browse(max_messages => 50, state => 'ready', channel => 'c', queue => 'q') b),
           true, 'message_browse in named notation');
+SELECT is((SELECT count(*) FROM lonnymq.periodic_summary(max_rows => 10)), 0::bigint,
+          'periodic_summary in named notation');
 SELECT is((SELECT lonnymq.channel_delete(channel => 'nope', queue => 'q')), 'not_found', 'channel_delete in named notation');
 SELECT is((SELECT lonnymq.channel_sweep(max_channels => 10)), 0, 'channel_sweep in named notation');
 SELECT is((SELECT count(*) FROM lonnymq.verify()), 0::bigint, 'verify() is empty after all of it');

@@ -5,7 +5,7 @@
 
 BEGIN;
 CREATE EXTENSION lonnymq;
-SELECT plan(55);
+SELECT plan(56);
 
 -- The recipe's group roles, created for this transaction only (everything
 -- here is rolled back), and a role that is given nothing at all.
@@ -157,7 +157,7 @@ SELECT is(pg_temp.writable('lonnymq_consumer'), '{}'::text[], 'consumer: can wri
 -- Monitor.
 SET LOCAL ROLE lonnymq_monitor;
 SELECT is(pg_temp.callable(), ARRAY['_check_age', '_check_create', '_check_name', '_invalid', '_require_pg_cron',
-                                    'channel_summary', 'message_browse', 'queue_summary', 'verify', 'wait_begin',
+                                    'channel_summary', 'message_browse', 'periodic_summary', 'queue_summary', 'verify', 'wait_begin',
                                     'wait_end', 'wait_hint_ms'],
           'monitor: can call verify, wait_begin, wait_end, wait_hint_ms, the summaries and the PUBLIC validators only');
 SELECT is(pg_temp.readable(), ARRAY['channel_stats', 'message_archive', 'messages', 'queue_stats'],
@@ -175,6 +175,7 @@ SELECT throws_ok($$SELECT lonnymq.archive_prune('0 seconds')$$, '42501', NULL, '
 SELECT lives_ok($$SELECT * FROM lonnymq.queue_summary()$$, 'monitor: queue_summary');
 SELECT lives_ok($$SELECT * FROM lonnymq.channel_summary('q')$$, 'monitor: channel_summary');
 SELECT lives_ok($$SELECT * FROM lonnymq.message_browse('q', 'c')$$, 'monitor: message_browse');
+SELECT lives_ok($$SELECT * FROM lonnymq.periodic_summary()$$, 'monitor: periodic_summary');
 SELECT throws_ok($$SELECT lonnymq.channel_pause('q', 'c')$$, '42501', NULL, 'monitor: cannot pause');
 SELECT throws_ok($$DELETE FROM lonnymq.message_archive$$, '42501', NULL, 'monitor: cannot delete from the archive');
 SELECT throws_ok($$SELECT * FROM lonnymq.channel$$, '42501', NULL, 'monitor: cannot read the channel table');

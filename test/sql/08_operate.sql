@@ -118,3 +118,21 @@ SELECT count(*) FROM (SELECT lonnymq.message_create('sum', 'z', c::bytea) FROM u
 SELECT channel FROM lonnymq.message_dequeue('sum', 60000, 2) ORDER BY 1;
 SELECT channel, saturated FROM lonnymq.channel_summary('sum', max_channels => 1);
 SELECT channel, saturated FROM lonnymq.channel_summary('sum');
+
+-- periodic_summary lists the periodic messages of every queue (a Worker's
+-- every(NAME): channel 'lonnymq.every:NAME', dedup key the same), running or
+-- not, paused or not; a tenant's channel is not listed; max_rows cuts the list.
+SELECT status FROM lonnymq.message_create('per', 'lonnymq.every:tick', '{"every": "tick"}', delay_ms => 3600000,
+                                          dedup_key => 'lonnymq.every:tick');
+SELECT status FROM lonnymq.message_create('per', 'lonnymq.every:busy', '{"every": "busy"}',
+                                          dedup_key => 'lonnymq.every:busy');
+SELECT status FROM lonnymq.message_create('per', 'tenant', 'x');
+SELECT status FROM lonnymq.message_create('per2', 'lonnymq.every:other', 'o', dedup_key => 'lonnymq.every:other');
+SELECT channel FROM lonnymq.message_dequeue('per', 60000, 5) ORDER BY 1;
+SELECT lonnymq.channel_pause('per', 'lonnymq.every:tick');
+SELECT queue, name, paused, message_id IS NOT NULL AS has_message, num_attempts,
+       next_at > now() + interval '59 minutes' AS next_in_an_hour, locked_until > now() AS running
+FROM lonnymq.periodic_summary() WHERE queue LIKE 'per%';
+SELECT count(*) FROM lonnymq.periodic_summary(max_rows => 1);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.periodic_summary(0)$$);
+SELECT pg_temp.try($$SELECT * FROM lonnymq.periodic_summary(NULL)$$);
