@@ -17,7 +17,10 @@ import pytest
 from psycopg import sql
 from starlette.testclient import TestClient
 
+from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
+
+from .helpers import wait_for
 
 ORIGIN = {"origin": "http://testserver"}
 
@@ -288,6 +291,38 @@ def test_metrics(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None
     assert f'lonnymq_channel_ready{{channel="tenant-a",queue="{queue_name}"}} 1.0' in text
 
 
+def test_schedules_lists_the_workers_periodic_messages(
+    dsn: str, db: psycopg.Connection[Any], queue: Queue, start_worker: Any
+) -> None:
+    runs: list[str] = []
+
+    def flaky(message: Message) -> None:
+        runs.append("flaky")
+        raise RuntimeError("disk full")
+
+    worker = Worker(queue, lambda m: None)
+    worker.every(200, "tick", lambda m: runs.append("tick"))
+    worker.every(3_600_000, "flaky", flaky)
+    start_worker(worker)
+    create(db, queue.name, "tenant-a", b"x")  # a tenant's channel is not a schedule
+    wait_for(lambda: runs.count("tick") >= 2 and "flaky" in runs, what="periodic runs")
+    with TestClient(create_app(dsn)) as c:
+        page = c.get("/schedules").text
+
+    def row(name: str) -> str:
+        found = re.search(rf'data-periodic="{queue.name}/{name}">(.*?)</tr>', page, re.S)
+        assert found is not None, page
+        return found.group(1)
+
+    tick, hourly = row("tick"), row("flaky")
+    assert 'class="num every">0.2s<' in tick  # the interval the worker recorded
+    assert re.search(r'class="num runs">[1-9]\d*<', tick)
+    assert "ok" in tick
+    assert 'class="num every">1.0h<' in hourly
+    assert "RuntimeError: disk full" in hourly  # how its last run ended
+    assert f'data-periodic="{queue.name}/tenant-a"' not in page
+
+
 def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     # Producers NOTIFY only while a consumer waits (wait_begin): no worker sleeps here, so
     # the events come because the open live page announces itself as one.
@@ -336,13 +371,15 @@ def test_read_only_role_uses_the_monitor_grants(
                 " GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats,"
                 " lonnymq.message_archive TO {r};"
                 " GRANT EXECUTE ON FUNCTION lonnymq.verify, lonnymq.wait_hint_ms,"
-                " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse TO {r}"
+                " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse,"
+                " lonnymq.periodic_summary TO {r}"
             ).format(r=sql.Identifier(role))
         )
         with TestClient(create_app(dsn, role=role)) as c:
             assert queue_name in c.get("/").text
             assert 'data-channel="t"' in c.get("/channels", params={"queue": queue_name}).text
             assert c.get("/verify").status_code == 200
+            assert c.get("/schedules").status_code == 200
             assert "lonnymq_queue_messages" in c.get("/metrics").text
     finally:
         db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))

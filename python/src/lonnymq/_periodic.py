@@ -7,12 +7,15 @@ workers start together and try to create it, only one live message exists.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 CHANNEL_PREFIX = "lonnymq.every:"
+# The error recorded in a periodic message's state is cut here: the log has the rest.
+MAX_STATE_ERROR_CHARS = 500
 
 H = TypeVar("H", bound=Callable[..., object])
 
@@ -50,3 +53,11 @@ class Periodic(Generic[H]):
     @property
     def dedup_key(self) -> str:
         return dedup_key_for(self.name)
+
+
+def run_state(interval_ms: int, error: BaseException | None) -> bytes:
+    """The state a periodic message keeps after each run, for the dashboard's Schedules page
+    (``periodic_summary`` in SQL): its interval, when it last ran, and how that run ended."""
+    text = None if error is None else f"{type(error).__name__}: {error}"[:MAX_STATE_ERROR_CHARS]
+    ran_at = datetime.now(UTC).isoformat(timespec="seconds")
+    return json.dumps({"interval_ms": interval_ms, "ran_at": ran_at, "error": text}).encode()

@@ -287,11 +287,15 @@ class AsyncWorker:
         job = self._periodic.get(message.channel or "")
         if job is None:
             return _outcome.Outcome("defer", delay_ms=UNKNOWN_PERIODIC_DELAY_MS)
+        error: Exception | None = None
         try:
             await job.handler(message)
-        except Exception:
+        except Exception as exc:
+            error = exc
             log.exception("periodic %s failed", job.name)
-        return _outcome.Outcome("defer", delay_ms=job.interval_ms)
+        return _outcome.Outcome(
+            "defer", delay_ms=job.interval_ms, state=_periodic.run_state(job.interval_ms, error)
+        )
 
     def _count(self, status: str) -> None:
         self.counts[status if status in _settle.APPLIED else "refused"] += 1

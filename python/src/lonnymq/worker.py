@@ -294,12 +294,16 @@ class Worker:
         job = self._periodic.get(message.channel or "")
         if job is None:
             return _outcome.Outcome("defer", delay_ms=UNKNOWN_PERIODIC_DELAY_MS)
+        error: Exception | None = None
         try:
             job.handler(message)
-        except Exception:
+        except Exception as exc:
+            error = exc
             # A periodic job must keep its schedule: log and run again next interval.
             log.exception("periodic %s failed", job.name)
-        return _outcome.Outcome("defer", delay_ms=job.interval_ms)
+        return _outcome.Outcome(
+            "defer", delay_ms=job.interval_ms, state=_periodic.run_state(job.interval_ms, error)
+        )
 
     def _count(self, status: str) -> None:
         """Tally one settle's status (the caller holds ``_lock``)."""

@@ -36,6 +36,8 @@ from .security import BasicAuth, same_origin
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
+# The Schedules page lists at most this many periodic messages.
+PERIODIC_ROWS = 500
 OUTCOMES = ("failed", "dead", "completed")
 STATES = ("ready", "scheduled", "locked")
 # Content shown on request is cut here: the page is for reading, not for downloading.
@@ -319,7 +321,13 @@ class Dashboard:
         )
 
     async def schedules(self, request: Request) -> Response:
-        return self.page(request, "schedules.html", jobs=await self.db.cron_jobs())
+        return self.page(
+            request,
+            "schedules.html",
+            jobs=await self.db.cron_jobs(),
+            periodic=await self.db.periodic(PERIODIC_ROWS),
+            periodic_rows=PERIODIC_ROWS,
+        )
 
     async def events(self, request: Request) -> Response:
         if not self.broadcaster.available:

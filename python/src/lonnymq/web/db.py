@@ -10,6 +10,7 @@ a monitoring role, so the dashboard can do no more than that role's grants allow
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -176,6 +177,16 @@ class Database:
             (archive_id,),
         )
 
+    async def periodic(self, max_rows: int) -> list[Row]:
+        """The Worker's periodic messages of every queue, each with the state its last run
+        recorded (interval, time, error) decoded; through an index of their channels only."""
+        rows = await self.rows(
+            "SELECT * FROM lonnymq.periodic_summary(max_rows => %s)", (max_rows,)
+        )
+        for row in rows:
+            row["run"] = periodic_state(row.pop("state"))
+        return rows
+
     async def cron_jobs(self) -> list[Row] | None:
         """lonnymq's pg_cron jobs; None when pg_cron is not installed (or not readable)."""
         installed = await self.value(
@@ -190,3 +201,13 @@ class Database:
             )
         except psycopg.errors.InsufficientPrivilege:  # no USAGE on schema cron
             return None
+
+
+def periodic_state(state: bytes | None) -> dict[str, Any]:
+    """What a Worker recorded after a periodic run (``_periodic.run_state``); empty before
+    the first run, or when written by something else."""
+    try:
+        data = json.loads(bytes(state)) if state is not None else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
