@@ -323,6 +323,56 @@ def test_schedules_lists_the_workers_periodic_messages(
     assert f'data-periodic="{queue.name}/tenant-a"' not in page
 
 
+def out_of_attempts(db: psycopg.Connection[Any], queue: str) -> None:
+    """A message whose next dequeue dead-letters it: delivered once, deferred, max 1."""
+    db.execute("SELECT lonnymq.channel_set(%s, 'c', max_attempts => 1)", (queue,))
+    create(db, queue, "c", b"x")
+    db.execute(
+        "SELECT lonnymq.message_defer(id, num_attempts) FROM lonnymq.message_dequeue(%s, 60000)",
+        (queue,),
+    )
+
+
+def dead_letters(client: TestClient, queue: str) -> float | None:
+    found = re.search(
+        rf'^lonnymq_dead_letters_total{{queue="{queue}"}} (\S+)$', client.get("/metrics").text, re.M
+    )
+    return None if found is None else float(found.group(1))
+
+
+def test_dead_letter_counter_counts_out_of_order_commits(dsn: str, queue_name: str) -> None:
+    first, second = queue_name + "_a", queue_name + "_b"
+    with (
+        psycopg.connect(dsn, autocommit=True) as db,
+        psycopg.connect(dsn) as slow,
+        TestClient(create_app(dsn, metrics_cache_s=0)) as c,
+    ):
+        out_of_attempts(db, first)
+        out_of_attempts(db, second)
+        assert dead_letters(c, first) == 0  # counting starts with the app
+        # The first dead letter draws the lower archive id but commits last.
+        assert not slow.execute(
+            "SELECT * FROM lonnymq.message_dequeue(%s, 60000)", (first,)
+        ).fetchall()
+        assert not db.execute(
+            "SELECT * FROM lonnymq.message_dequeue(%s, 60000)", (second,)
+        ).fetchall()
+        assert (dead_letters(c, first), dead_letters(c, second)) == (0, 1)
+        slow.commit()
+        assert (dead_letters(c, first), dead_letters(c, second)) == (1, 1)
+        # Counted once: later reads do not count them again.
+        out_of_attempts(db, second)
+        db.execute("SELECT * FROM lonnymq.message_dequeue(%s, 60000)", (second,))
+        assert (dead_letters(c, first), dead_letters(c, second)) == (1, 2)
+        # Failures are not dead letters.
+        create(db, second, "c", b"y")
+        db.execute(
+            "SELECT lonnymq.message_fail(id, num_attempts) FROM lonnymq.message_dequeue(%s, 60000)",
+            (second,),
+        )
+        assert dead_letters(c, second) == 2
+
+
 def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     # Producers NOTIFY only while a consumer waits (wait_begin): no worker sleeps here, so
     # the events come because the open live page announces itself as one.

@@ -7,8 +7,9 @@
 
 Names are ``lonnymq_*`` with a ``queue`` label; a ``channel`` label only with
 ``per_channel=True`` (one channel per tenant multiplies the series). Dead letters happen
-inside the database (at dequeue), not in a worker: see ``lonnymq_queue_archived`` of the
-dashboard's ``/metrics``.
+inside the database (``message_dequeue`` archives a message out of max_attempts and returns
+nothing about it), so no worker sees one: ``lonnymq_dead_letters_total`` comes from the
+dashboard's ``/metrics``, which counts the archive's new dead rows.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Names are ``lonnymq_*`` with a ``queue`` label. Per-channel series only when asked for
 (``metrics_channels=True``): one channel per tenant multiplies the series count. Counts
-come from ``queue_summary``/``channel_summary`` and stop at their count limit.
+come from ``queue_summary``/``channel_summary`` and stop at their count limit;
+``lonnymq_dead_letters_total`` counts the archive's new dead rows (``tally.py``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import asyncio
 import time
 from collections.abc import Iterable
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .db import Database, Row
+from .tally import ArchiveTally
 
 # Per-channel series come from channel_summary, whose first rows are the channels that
 # need attention (saturated, longest waiting): at most this many per queue.
@@ -30,6 +32,7 @@ class DatabaseCollector(Collector):
         self._channels: dict[str, list[Row]] = {}
         self._read_at = -float("inf")
         self._lock = asyncio.Lock()
+        self.tally = ArchiveTally()
 
     async def refresh(self) -> None:
         """Reads the database unless the cached values are younger than ``cache_s``."""
@@ -37,6 +40,7 @@ class DatabaseCollector(Collector):
             if time.monotonic() - self._read_at < self._cache_s:
                 return
             queues = await self._db.queues()
+            await self.tally.refresh(self._db)
             channels: dict[str, list[Row]] = {}
             if self._per_channel:
                 for q in queues:
@@ -72,7 +76,16 @@ class DatabaseCollector(Collector):
             oldest.add_metric([name], (q["oldest_ready_ms"] or 0) / 1000)
             paused.add_metric([name], 1 if q["paused"] else 0)
             channels.add_metric([name], q["channels"])
-        yield from (messages, archived, oldest, paused, channels)
+        dead = CounterMetricFamily(
+            "lonnymq_dead_letters",
+            "Messages dead-lettered (out of max_attempts) since this app started.",
+            labels=["queue"],
+        )
+        names = {q["queue"] for q in self._queues}
+        names.update(queue for queue, _outcome in self.tally.counts)
+        for name in sorted(names):
+            dead.add_metric([name], self.tally.counts[name, "dead"])
+        yield from (messages, archived, oldest, paused, channels, dead)
         if not self._per_channel:
             return
         labels = ["queue", "channel"]
