@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 import time
 from datetime import timedelta
@@ -255,3 +256,20 @@ async def test_a_settle_lost_with_its_connection_is_reissued(
     worker.stop()
     await asyncio.wait_for(task, 15)
     assert calls == [1] and worker.counts["completed"] == 1
+
+
+async def test_worker_reports_its_totals(dsn: str, aqueue: AsyncQueue) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
+        await listener.execute("LISTEN lonnymq_stats")
+        for i in range(3):
+            await aqueue.create(b"ok" if i else b"bad")
+
+        async def handle(message: AsyncMessage) -> None:
+            if message.content == b"bad":
+                raise RuntimeError("no")
+
+        await AsyncWorker(aqueue, handle, max_attempts=1).run(until_idle=True)
+        # The last totals are sent when the worker stops, whatever the interval.
+        reports = [json.loads(n.payload) async for n in listener.notifies(timeout=5, stop_after=1)]
+    assert reports and reports[-1]["queue"] == aqueue.name
+    assert (reports[-1]["completed"], reports[-1]["failed"]) == (2, 1)

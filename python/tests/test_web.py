@@ -373,6 +373,46 @@ def test_dead_letter_counter_counts_out_of_order_commits(dsn: str, queue_name: s
         assert dead_letters(c, second) == 2
 
 
+def spark_totals(page: str, queue: str) -> tuple[int, int] | None:
+    row = re.search(rf'data-queue="{queue}">(.*?)</tr>', page, re.S)
+    assert row is not None, page
+    found = re.search(r'data-completed="(\d+)"\s+data-failed="(\d+)"', row.group(1))
+    return None if found is None else (int(found.group(1)), int(found.group(2)))
+
+
+def test_overview_throughput_per_queue_from_worker_reports(
+    dsn: str, db: psycopg.Connection[Any], queue: Queue
+) -> None:
+    def handle(message: Message) -> None:
+        if message.content == b"bad":
+            raise RuntimeError("no")
+
+    with TestClient(create_app(dsn)) as c:
+        c.get("/")  # the overview starts listening
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN lonnymq_stats'"
+                ).fetchone()
+                == (1,)
+            ),
+            what="the overview listening for reports",
+        )
+        for i in range(30):
+            create(db, queue.name, f"tenant-{i % 3}", b"bad" if i % 10 == 0 else b"ok")
+        create(db, queue.name + "_idle", "t", b"x")
+        Worker(queue, handle, concurrency=4, max_attempts=1, stats_interval_ms=100).run(
+            until_idle=True
+        )
+        # Every completion and failure counted once, per queue (completions leave no row).
+        wait_for(
+            lambda: spark_totals(c.get("/").text, queue.name) == (27, 3),
+            what="27 completed and 3 failed on the overview",
+        )
+        # A queue no worker reported on has no chart.
+        assert spark_totals(c.get("/").text, queue.name + "_idle") is None
+
+
 def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     # Producers NOTIFY only while a consumer waits (wait_begin): no worker sleeps here, so
     # the events come because the open live page announces itself as one.

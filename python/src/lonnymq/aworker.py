@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from . import _outcome, _periodic, _pool, _settle, _timing
+from . import _outcome, _periodic, _pool, _report, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
 from ._listener import NOTIFY_CHANNEL, POLL_STOP_S, concerns
@@ -52,6 +52,7 @@ class AsyncWorker:
         settle_batch_size: int = _settle.DEFAULT_BATCH_SIZE,
         handle_signals: bool = True,
         hooks: WorkerHooks | Sequence[WorkerHooks] = (),
+        stats_interval_ms: int | None = _report.DEFAULT_INTERVAL_MS,
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
@@ -67,6 +68,7 @@ class AsyncWorker:
         self.shutdown_grace_ms = shutdown_grace_ms
         self.handle_signals = handle_signals
         self.hooks = Dispatch(hooks)
+        self._reporter = _report.Reporter(queue.name, stats_interval_ms)
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[AsyncHandler]] = {}
         # Every delivery held: running, or done with its settle not yet flushed.
@@ -136,6 +138,7 @@ class AsyncWorker:
                 for task in (listener, heartbeats):
                     task.cancel()
                 await asyncio.gather(listener, heartbeats, return_exceptions=True)
+                await self._report(final=True)
 
     # -- fetch ------------------------------------------------------------------------------
 
@@ -416,6 +419,16 @@ class AsyncWorker:
                 # A flush may have settled it meanwhile: then the refusal is expected.
                 if status != "extended" and delivery(entry.message) in self._held:
                     log.warning("heartbeat of message %s refused: %s", entry.message.id, status)
+            await self._report()
+
+    async def _report(self, final: bool = False) -> None:
+        """Send the throughput report when one is due (see _report)."""
+        payload = self._reporter.due(self.counts, final)
+        if payload is not None:
+            try:
+                await self.queue._scalar(_report.NOTIFY, (payload,), None)
+            except psycopg.Error as exc:
+                log.info("throughput report not sent: %s", exc)
 
     # -- shutdown ---------------------------------------------------------------------------
 

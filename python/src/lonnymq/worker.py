@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from . import _outcome, _periodic, _pool, _settle, _timing
+from . import _outcome, _periodic, _pool, _report, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
 from ._listener import Listener
@@ -60,6 +60,7 @@ class Worker:
         settle_batch_size: int = _settle.DEFAULT_BATCH_SIZE,
         handle_signals: bool = True,
         hooks: WorkerHooks | Sequence[WorkerHooks] = (),
+        stats_interval_ms: int | None = _report.DEFAULT_INTERVAL_MS,
     ) -> None:
         if concurrency < 1 or lock_ms < 1:
             raise ValueError("concurrency and lock_ms must be positive")
@@ -76,6 +77,7 @@ class Worker:
         self.shutdown_grace_ms = shutdown_grace_ms
         self.handle_signals = handle_signals
         self.hooks = Dispatch(hooks)
+        self._reporter = _report.Reporter(queue.name, stats_interval_ms)
         self.counts = {"completed": 0, "deferred": 0, "failed": 0, "refused": 0}
         self._periodic: dict[str, _periodic.Periodic[Handler]] = {}
         # Every delivery held: buffered, running, or done with its settle not yet flushed.
@@ -160,6 +162,7 @@ class Worker:
                 self._finished.set()
                 helpers[0].join()
                 listener.join()
+                self._report(final=True)
 
     # -- fetch ------------------------------------------------------------------------------
 
@@ -447,6 +450,17 @@ class Worker:
                     still_held = delivery(entry.message) in self._held
                 if status != "extended" and still_held:
                     log.warning("heartbeat of message %s refused: %s", entry.message.id, status)
+            self._report()
+
+    def _report(self, final: bool = False) -> None:
+        """Send the throughput report when one is due (see _report)."""
+        with self._lock:
+            payload = self._reporter.due(self.counts, final)
+        if payload is not None:
+            try:
+                self.queue._scalar(_report.NOTIFY, (payload,), None)
+            except psycopg.Error as exc:
+                log.info("throughput report not sent: %s", exc)
 
     # -- shutdown ---------------------------------------------------------------------------
 

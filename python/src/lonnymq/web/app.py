@@ -33,6 +33,7 @@ from .db import CHANNEL_COUNT_LIMIT, Database, Row
 from .live import Broadcaster
 from .metrics import DatabaseCollector
 from .security import BasicAuth, same_origin
+from .throughput import Throughput
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -79,7 +80,9 @@ def create_app(
     collector = DatabaseCollector(db, cache_s=metrics_cache_s, per_channel=metrics_channels)
     metrics_registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     metrics_registry.register(collector)
-    dashboard = Dashboard(db, broadcaster, collector, metrics_registry, actions, refresh_s)
+    dashboard = Dashboard(
+        db, broadcaster, Throughput(listen_dsn), collector, metrics_registry, actions, refresh_s
+    )
 
     middleware = [Middleware(BasicAuth, user=auth[0], password=auth[1])] if auth else []
     app = Starlette(
@@ -96,6 +99,7 @@ class Dashboard:
         self,
         db: Database,
         broadcaster: Broadcaster,
+        throughput: Throughput,
         collector: DatabaseCollector,
         registry: CollectorRegistry,
         actions: bool,
@@ -103,6 +107,7 @@ class Dashboard:
     ) -> None:
         self.db = db
         self.broadcaster = broadcaster
+        self.throughput = throughput
         self.collector = collector
         self.registry = registry
         self.actions = actions
@@ -119,6 +124,7 @@ class Dashboard:
         # Served on its own: close the pool at shutdown. (Mounted in another app, the
         # pool opens on first use and closes with the process.)
         yield
+        await self.throughput.close()
         await self.db.close()
 
     def routes(self) -> list[Route | Mount]:
@@ -209,7 +215,15 @@ class Dashboard:
     async def overview(self, request: Request) -> Response:
         queues = await self.db.queues()  # the only page that counts
         await self.sample()
-        return self.page(request, "overview.html", queues=queues, chart=self.chart())
+        self.throughput.touch()
+        return self.page(
+            request,
+            "overview.html",
+            queues=queues,
+            chart=self.chart(),
+            sparks=self.throughput.charts(time.time()),
+            reports=self.throughput.available,
+        )
 
     async def verify(self, request: Request) -> Response:
         started = time.monotonic()
