@@ -2,7 +2,8 @@
 
 Fills a fresh database with a demo-like queue (six tenants with their policies, work in
 flight, a paused tenant, a dead-lettered poison job), serves the dashboard and photographs
-each page in headless Chromium.
+each page in headless Chromium, while a worker drains a second queue for the
+throughput chart (about a minute) and keeps a periodic message.
 
     python -m tests.screenshots --dsn ADMIN_DSN --out ../docs/img     (from python/)
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 from pathlib import Path
 
 import psycopg
 from psycopg import conninfo, sql
 
+from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
 
 from .browser import chromium, serve
@@ -67,7 +70,28 @@ def fill(dsn: str) -> None:
             " WHERE channel = 'umbrella' AND locked_until IS NOT NULL"
         )
         db.execute("SELECT lonnymq.channel_pause('jobs', 'hooli')")
-        db.execute("SELECT lonnymq.message_create('emails', NULL, '{\"to\": \"a@example.com\"}')")
+        db.execute(
+            "SELECT count(*) FROM lonnymq.message_create_batch('emails',"
+            " array_fill(NULL::text, ARRAY[3000]), array_fill('{}'::bytea, ARRAY[3000]))"
+        )
+
+
+def work(dsn: str, seconds: float) -> None:
+    """A worker on 'emails' for the throughput chart (one message in 25 fails) and a
+    periodic job for the Schedules page."""
+    count = [0]
+
+    def send(message: Message) -> None:
+        count[0] += 1
+        time.sleep(0.04)
+        if count[0] % 25 == 0:
+            raise RuntimeError("mailbox unavailable")
+
+    with Queue(dsn, "emails") as queue:
+        worker = Worker(queue, send, concurrency=2, max_attempts=1, stats_interval_ms=2000)
+        worker.every(3_600_000, "digest", lambda m: None)
+        threading.Timer(seconds, worker.stop).start()
+        worker.run()
 
 
 def main() -> None:
@@ -87,10 +111,12 @@ def main() -> None:
         "channels": "/channels?queue=jobs",
         "messages": "/messages?queue=jobs&channel=acme",
         "archive": "/archive?queue=jobs",
+        "schedules": "/schedules",
     }
     with serve(create_app(dsn, actions=True)) as url, chromium(1280, 760) as browser:
-        browser.get(url + "/")  # a first sample for the throughput chart
-        time.sleep(2.5)
+        browser.get(url + "/")  # the overview listens for the worker's reports from now
+        time.sleep(1)
+        work(dsn, 65)
         for shot, path in pages.items():
             browser.get(url + path)
             time.sleep(0.5)

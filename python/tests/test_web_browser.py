@@ -15,9 +15,11 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
 
 from .browser import chromium, serve
+from .helpers import wait_for
 
 WAIT_S = 20
 
@@ -121,6 +123,47 @@ def test_pause_a_tenant_and_see_it_stop_being_served(
         "SELECT channel FROM lonnymq.message_dequeue(%s, 60000, 10)", (queue_name,)
     ).fetchall()
     assert sorted(r[0] for r in served) == ["acme", "acme"]
+
+
+def test_see_a_workers_throughput_and_its_periodic_message(
+    browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue: Queue
+) -> None:
+    browser.get(base_url + "/")  # an open overview listens for the workers' reports
+    wait_for(
+        lambda: (
+            db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN lonnymq_stats'"
+            ).fetchone()
+            == (1,)
+        ),
+        what="the overview listening",
+    )
+    for i in range(12):
+        create(db, queue.name, f"tenant-{i % 2}", b"x")
+    ticks: list[Message] = []
+    worker = Worker(queue, lambda m: None, stats_interval_ms=100)
+    worker.every(60_000, "nightly-report", ticks.append)
+    worker.run(until_idle=True)
+    assert ticks, "the periodic handler ran"
+
+    def chart(b: webdriver.Chrome) -> Any:
+        b.get(base_url + "/")  # this app refreshes on its timer only every 30 s
+        found = b.find_elements(By.CSS_SELECTOR, f'tr[data-queue="{queue.name}"] svg.spark')
+        return found[0] if found else False
+
+    spark = wait(browser, chart, "the queue's throughput chart")
+    assert spark.get_attribute("data-completed") == "12"
+    assert spark.find_elements(By.TAG_NAME, "polyline")
+
+    browser.find_element(By.LINK_TEXT, "Schedules").click()
+    row = wait(
+        browser,
+        lambda b: b.find_element(
+            By.CSS_SELECTOR, f'tr[data-periodic="{queue.name}/nightly-report"]'
+        ),
+        "the periodic message on the Schedules page",
+    )
+    assert "1.0m" in row.text and "ok" in row.text  # its interval and how its last run ended
 
 
 def test_requeue_from_the_archive_and_see_the_message_return(

@@ -210,4 +210,10 @@ def periodic_state(state: bytes | None) -> dict[str, Any]:
         data = json.loads(bytes(state)) if state is not None else {}
     except ValueError:
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    try:
+        data["ran_at"] = datetime.fromisoformat(data["ran_at"])
+    except (KeyError, TypeError, ValueError):
+        data["ran_at"] = None
+    return data
