@@ -1731,6 +1731,8 @@ DECLARE
     v_drained boolean;
     v_counted integer;
     v_raise boolean;
+    v_head_ms bigint;  -- the raised head, read under the head lock
+    v_seq bigint;
 BEGIN
     ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
     IF p_only IS NULL THEN
@@ -1789,25 +1791,27 @@ BEGIN
         -- stays where it is, a lower bound.
         v_raise := v_drained AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
         raised := raised + v_raise::integer;
-        -- The turn, and the head, in one update of the row (its snapshot is
-        -- taken after the head lock, as _channel_refresh's is).
+        -- Read under the head lock, in a snapshot taken after it (as
+        -- _channel_refresh does).
+        IF v_raise THEN
+            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
+            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1;
+        END IF;
+        -- The turn (and the raised head) in one update of the row, by its key
+        -- alone: the cheapest statement there is.
         v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                         v_channel.max_size)::integer;
+        v_seq := pg_catalog.nextval('lonnymq.turn_seq');
         UPDATE lonnymq.channel c
         SET locked_count = c.locked_count + v_counted,
             last_turn_ms = p_now_ms,
-            turn_seq = x.seq,
-            head_ms = CASE WHEN v_raise THEN x.head_ms ELSE c.head_ms END,
-            ready_ms = lonnymq._ready_ms(CASE WHEN v_raise THEN x.head_ms ELSE c.head_ms END, p_now_ms,
+            turn_seq = v_seq,
+            head_ms = CASE WHEN v_raise THEN v_head_ms ELSE c.head_ms END,
+            ready_ms = lonnymq._ready_ms(CASE WHEN v_raise THEN v_head_ms ELSE c.head_ms END, p_now_ms,
                                          c.release_interval_ms, c.locked_count + v_counted, c.max_concurrency,
-                                         x.seq)
-        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq,
-                     CASE WHEN v_raise
-                          THEN (SELECT m.dequeue_ms FROM lonnymq.message m
-                                WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
-                                  AND m.locked_until_ms IS NULL
-                                ORDER BY m.dequeue_ms, m.id
-                                LIMIT 1) END AS head_ms) x
+                                         v_seq)
         WHERE c.id = v_channel.id;
         ids := ids || v_id;
         served := served || v_channel.id;
@@ -2198,6 +2202,11 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Its statements take arrays: a custom plan, which knows their length, looks
+-- cheaper than the generic one for short ones, so the plan cache would plan
+-- five statements again at every call (a batch of one cost 0.78 ms, 0.24 ms
+-- with one plan for all).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -84,6 +84,11 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Its statements take arrays: a custom plan, which knows their length, looks
+-- cheaper than the generic one for short ones, so the plan cache would plan
+-- five statements again at every call (a batch of one cost 0.78 ms, 0.24 ms
+-- with one plan for all).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

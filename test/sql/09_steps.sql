@@ -110,3 +110,10 @@ FROM lonnymq._serve_held(pg_temp.q(), (SELECT c FROM lonnymq.channel c WHERE c.n
 SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served, pg_temp.names(r.tried) AS tried
 FROM lonnymq._dequeue_held(pg_temp.q(), lonnymq._now_ms(), 60000, 5, NULL, '{}', '{}', 256) r;
 ROLLBACK;
+
+-- Functions whose statements take arrays plan them once (generic plans): a
+-- custom plan knows an array's length, so the plan cache would plan them
+-- again at every call (bench/README.md, "plan cache").
+SELECT p.proname FROM pg_catalog.pg_proc p
+WHERE p.pronamespace = 'lonnymq'::regnamespace AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig)
+ORDER BY 1;
