@@ -1836,12 +1836,14 @@ BEGIN
     WITH claimed AS (
         UPDATE lonnymq.message m
         SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        WHERE m.id IN (SELECT f.id FROM lonnymq.message f
-                       WHERE f.queue_id = p_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
-                         AND f.dequeue_ms <= p_now_ms
-                       ORDER BY f.dequeue_ms, f.id
-                       LIMIT CASE WHEN p_turn_seq IS NULL THEN p_want ELSE 1 END
-                       FOR UPDATE SKIP LOCKED)
+        -- (= ANY (ARRAY(...)): the claimed rows by their key whatever the
+        -- plan's guess of the LIMIT, never a join over the whole table.)
+        WHERE m.id = ANY (ARRAY(SELECT f.id FROM lonnymq.message f
+                                WHERE f.queue_id = p_queue.id AND f.channel_id IS NULL
+                                  AND f.locked_until_ms IS NULL AND f.dequeue_ms <= p_now_ms
+                                ORDER BY f.dequeue_ms, f.id
+                                LIMIT CASE WHEN p_turn_seq IS NULL THEN p_want ELSE 1 END
+                                FOR UPDATE SKIP LOCKED))
         RETURNING m.id, m.dequeue_ms
     )
     SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.dequeue_ms, k.id), '{}') INTO v_ids FROM claimed k;
@@ -1950,13 +1952,15 @@ BEGIN
         WITH claimed AS (
             UPDATE lonnymq.message m
             SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-            WHERE m.id IN (SELECT s.id FROM lonnymq.message s
-                           WHERE s.queue_id = p_queue.id AND s.channel_id = v_channel.id
-                             AND s.locked_until_ms IS NULL AND s.dequeue_ms <= p_now_ms
-                             AND (v_channel.max_attempts IS NULL OR s.num_attempts < v_channel.max_attempts)
-                           ORDER BY s.dequeue_ms, s.id
-                           LIMIT p_want
-                           FOR UPDATE SKIP LOCKED)
+            -- (By key, whatever the plan's guess of the LIMIT: see _dequeue_channelless.)
+            WHERE m.id = ANY (ARRAY(SELECT s.id FROM lonnymq.message s
+                                    WHERE s.queue_id = p_queue.id AND s.channel_id = v_channel.id
+                                      AND s.locked_until_ms IS NULL AND s.dequeue_ms <= p_now_ms
+                                      AND (v_channel.max_attempts IS NULL
+                                           OR s.num_attempts < v_channel.max_attempts)
+                                    ORDER BY s.dequeue_ms, s.id
+                                    LIMIT p_want
+                                    FOR UPDATE SKIP LOCKED))
             RETURNING m.id, m.dequeue_ms
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.dequeue_ms, k.id), '{}') INTO ids FROM claimed k;
@@ -1980,6 +1984,11 @@ CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, m
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- One plan per statement for every call of the steps too: a custom plan that
+-- knows a LIMIT or an array's length looks cheaper than the generic one, so
+-- the plan cache planned the channel-less claim again at every call (0.2 ms,
+-- more than the claim itself).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1988,7 +1997,7 @@ DECLARE
     v_ids bigint[] := '{}';      -- claimed so far, in delivery order
     v_recovered integer := 0;    -- the first this many of them are redeliveries
     v_channelless_ms bigint;     -- scheduling key of the channel-less messages; NULL: none ready
-    v_channels_ready boolean;    -- whether channels compete with them
+    v_channels_ready boolean;    -- whether any channel may have something ready
     v_hinted bigint[];           -- busy channels with due hints: ready, maybe unrecorded
     v_tried bigint[] := '{}';    -- channels taken without success: passed over
     v_served bigint[] := '{}';   -- channels this call served (it holds their rows; may repeat)
@@ -2022,7 +2031,10 @@ BEGIN
             WHERE h.queue_id = q.id ORDER BY h.dequeue_ms LIMIT 1) <= v_now_ms AS hinted,
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
-            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired
+            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired,
+           -- (A channel held by another dequeuer is ready here too.)
+           EXISTS (SELECT 1 FROM lonnymq.channel c
+                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_row
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
     IF v_row IS NULL THEN
@@ -2038,15 +2050,22 @@ BEGIN
         v_ids := lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, message_dequeue.max_messages);
         v_recovered := pg_catalog.cardinality(v_ids);
     END IF;
+    -- (Since the probe, a channel whose hint was due may have become ready,
+    -- and one whose expired delivery was dead-lettered may have a free slot.)
+    v_channels_ready := v_row.channels_ready OR v_row.hinted IS TRUE OR v_row.expired IS TRUE;
     -- queue_pause: no fresh delivery. (Expired locks above are work handed
     -- out before the pause, redelivered as for a paused channel.)
-    IF v_channelless_ms IS NOT NULL AND NOT v_queue.paused THEN
-        v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
-            OR EXISTS (SELECT 1 FROM lonnymq.channel c
-                       WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND NOT c.paused);
+    -- With no channel ready, the channel-less messages are all there is: as
+    -- many as wanted, in one statement.
+    IF v_channelless_ms IS NOT NULL AND NOT v_channels_ready AND NOT v_queue.paused
+       AND pg_catalog.cardinality(v_ids) < message_dequeue.max_messages THEN
+        v_ids := v_ids || lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
+                                                       message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
+                                                       NULL);
     END IF;
 
-    WHILE pg_catalog.cardinality(v_ids) < message_dequeue.max_messages AND NOT v_queue.paused LOOP
+    WHILE v_channels_ready AND pg_catalog.cardinality(v_ids) < message_dequeue.max_messages
+          AND NOT v_queue.paused LOOP
         -- Channels: a round of free ones or, once there is none and the
         -- channel-less messages had their chance, a held one.
         IF v_held THEN
@@ -2078,15 +2097,15 @@ BEGIN
             v_held := true;
             CONTINUE;
         END IF;
-        -- The channel-less messages' turn. When channels compete, one message
-        -- and its turn recorded: every ready channel comes before it again.
-        v_turn_seq := CASE WHEN v_channels_ready THEN pg_catalog.nextval('lonnymq.turn_seq') END;
+        -- The channel-less messages' turn, against the channels: one message
+        -- and its turn recorded, so every ready channel comes before it again.
+        v_turn_seq := pg_catalog.nextval('lonnymq.turn_seq');
         v_taken := lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
                                                 message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
                                                 v_turn_seq);
         v_ids := v_ids || v_taken;
-        IF pg_catalog.cardinality(v_taken) = 0 OR v_turn_seq IS NULL THEN
-            v_channelless_ms := NULL;  -- none left, or none competed: the channel-less part is done
+        IF pg_catalog.cardinality(v_taken) = 0 THEN
+            v_channelless_ms := NULL;  -- none left: the channel-less part is done
         ELSE
             v_channelless_ms := v_now_ms;
             v_queue.channelless_turn_seq := v_turn_seq;
