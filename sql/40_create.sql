@@ -243,9 +243,8 @@ COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigin
 -- Creates many messages in input order, each under every per-message rule.
 -- With an idempotency_key already used in this queue by a batch into the same
 -- channels, creates nothing and answers duplicate_batch with the ids the
--- first call created. Batches
--- without dedup keys and without capped channels take a set-based path (one
--- INSERT, one hint per channel); the others go message by message.
+-- first call created. The elements are checked here and created as a set,
+-- in a few statements (_publish, _create_set).
 CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     queue text,
     channels text[],
@@ -259,19 +258,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_count integer := pg_catalog.cardinality(message_create_batch.contents);
-    v_queue_id integer;
-    v_now_ms bigint;
-    v_ids bigint[] := '{}';
-    v_previous bigint[];
-    v_result record;
     v_names text[];
-    v_name text;
     v_bad timestamptz;
-    v_pinned text[] := '{}';       -- existing channels pinned in one statement
-    v_created boolean := false;    -- the element-by-element path created something
-    v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
-    v_digest bytea;                -- scope of the idempotency key
-    i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
     IF message_create_batch.contents IS NULL THEN
@@ -324,132 +312,13 @@ BEGIN
         PERFORM lonnymq._check_dequeue_ms(lonnymq._ms_of(v_bad, 'dequeue_ats element'));
     END IF;
 
-    v_queue_id := lonnymq._queue_id(message_create_batch.queue, true);
-    IF message_create_batch.idempotency_key IS NOT NULL THEN
-        -- The key's scope: this queue and this set of channels (see lonnymq.batch).
-        v_digest := pg_catalog.sha256(pg_catalog.convert_to(v_names::text, 'UTF8'));
-        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key, channels_digest)
-        SELECT v_queue_id, message_create_batch.idempotency_key, v_digest
-        WHERE NOT EXISTS (SELECT 1 FROM lonnymq.batch l  -- a key recorded by 1.0: queue-wide
-                          WHERE l.queue_id = v_queue_id AND l.idempotency_key = message_create_batch.idempotency_key
-                            AND l.channels_digest = ''::bytea)
-        ON CONFLICT (queue_id, idempotency_key, channels_digest) DO NOTHING;
-        IF NOT FOUND THEN
-            SELECT b.message_ids INTO v_previous FROM lonnymq.batch b
-            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
-              AND b.channels_digest IN (v_digest, ''::bytea)
-            ORDER BY b.channels_digest DESC
-            LIMIT 1;
-            RETURN QUERY SELECT 'duplicate_batch'::text, v_previous[g]
-                         FROM pg_catalog.generate_series(1, v_count) AS g;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- New channels pay for the sweep of idle ones, once, before any is taken.
-    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_names) AS n
-               WHERE NOT EXISTS (
-                   SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
-        PERFORM lonnymq.channel_sweep(2);
-    END IF;
-    -- Take every channel first: the existing ones pinned in one statement
-    -- (at READ COMMITTED; elsewhere _channel_for_create also checks each is
-    -- current), then the new ones created one by one, in name order: two
-    -- batches that create the same new channels cannot wait on each other in
-    -- a cycle.
-    IF lonnymq._read_committed() THEN
-        SELECT coalesce(pg_catalog.array_agg(x.name), '{}') INTO v_pinned
-        FROM (SELECT c.name FROM lonnymq.channel c
-              WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
-              ORDER BY c.name
-              FOR KEY SHARE) x;
-    END IF;
-    FOR v_name IN SELECT n FROM pg_catalog.unnest(v_names) n EXCEPT SELECT p FROM pg_catalog.unnest(v_pinned) p
-                  ORDER BY 1 LOOP
-        PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
-    END LOOP;
-    -- Head locks (see _hold_head_lock), tried in one statement, at most the budget.
-    SELECT coalesce(pg_catalog.array_agg(x.id), '{}') INTO v_head_held
-    FROM (SELECT c.id, c.lock_key FROM lonnymq.channel c
-          WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
-          ORDER BY c.name
-          LIMIT lonnymq._head_lock_budget()) x
-    WHERE lonnymq._hold_head_lock(x.lock_key);
-    v_now_ms := lonnymq._now_ms();
-
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
-        IF NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                       WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
-                         AND c.max_size IS NOT NULL) THEN
-            -- The set-based path. Ids follow input order (the INSERT draws them
-            -- in ORDER BY order), so sorting them restores the input order.
-            WITH created AS (
-                INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
-                SELECT v_queue_id, c.id, u.content,
-                       coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, v_now_ms)
-                FROM ROWS FROM (pg_catalog.unnest(message_create_batch.channels),
-                                pg_catalog.unnest(message_create_batch.contents),
-                                pg_catalog.unnest(message_create_batch.dequeue_ats))
-                     WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
-                LEFT JOIN lonnymq.channel c ON c.queue_id = v_queue_id AND c.name = u.channel
-                ORDER BY u.ord
-                RETURNING m.id, m.channel_id, m.dequeue_ms
-            ), hinted AS (
-                -- One hint per channel, at its earliest new message, covers
-                -- them all; none where that is not earlier than a held head.
-                INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-                SELECT v_queue_id, k.channel_id, k.first_ms
-                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
-                      FROM created k WHERE k.channel_id IS NOT NULL
-                      GROUP BY k.channel_id) k
-                JOIN lonnymq.channel c ON c.id = k.channel_id
-                WHERE k.channel_id <> ALL (v_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
-            )
-            SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
-            RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);
-            IF v_count > 0 THEN
-                PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
-            END IF;
-            IF message_create_batch.idempotency_key IS NOT NULL THEN
-                UPDATE lonnymq.batch b SET message_ids = v_ids
-                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
-                  AND b.channels_digest = v_digest;
-            END IF;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- Message by message: dedup keys and capacity are decided per element.
-    -- Admission rows of capped channels are taken in id order first.
-    PERFORM 1 FROM lonnymq.channel_admission a
-    WHERE a.channel_id IN (
-        SELECT c.id FROM lonnymq.channel c
-        WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names))
-    ORDER BY a.channel_id
-    FOR UPDATE;
-    FOR i IN 1 .. v_count LOOP
-        SELECT r.status, r.id INTO v_result
-        FROM lonnymq._create_one(v_queue_id, message_create_batch.queue, message_create_batch.channels[i],
-                                 message_create_batch.contents[i],
-                                 CASE WHEN message_create_batch.dequeue_ats[i] IS NULL THEN v_now_ms
-                                      ELSE lonnymq._ms_of(message_create_batch.dequeue_ats[i], 'dequeue_ats element') END,
-                                 0, message_create_batch.dedup_keys[i], NULL, 0, NULL, false) r;
-        status := v_result.status;
-        id := v_result.id;
-        v_ids := v_ids || v_result.id;
-        v_created := v_created OR v_result.status = 'created';
-        RETURN NEXT;
-    END LOOP;
-    -- One wake-up for the batch, not one per element.
-    IF v_created THEN
-        PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
-    END IF;
-
-    IF message_create_batch.idempotency_key IS NOT NULL THEN
-        UPDATE lonnymq.batch b SET message_ids = v_ids
-        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
-          AND b.channels_digest = v_digest;
-    END IF;
+    RETURN QUERY SELECT s.status, s.id
+                 FROM lonnymq._publish(message_create_batch.queue, message_create_batch.channels,
+                                       message_create_batch.contents, message_create_batch.dequeue_ats, message_create_batch.dedup_keys,
+                                       EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k
+                                               WHERE k IS NOT NULL),
+                                       v_names, v_count, message_create_batch.idempotency_key) p,
+                      ROWS FROM (pg_catalog.unnest(p.statuses), pg_catalog.unnest(p.ids)) AS s(status, id);
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestamptz[], text[], text)
