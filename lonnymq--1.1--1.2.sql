@@ -1274,11 +1274,15 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- removed); the rest are dropped. A later element with the same key takes
 -- its leader's outcome (deduplicated to the leader's message, or dropped),
 -- just as it would one by one. Admission rows are locked first, in channel
--- id order, so the room counted is the room there is.
+-- id order, so the room counted is the room there is. The admitted elements
+-- are inserted in input order, so the k-th new id is the k-th admitted
+-- element's: ids are matched by position, never by a join (whose estimates
+-- over a set built in the statement can make it quadratic).
 -- Only a race changes that: a leader whose key a concurrent producer
 -- committed meanwhile inserts nothing (ON CONFLICT) and is decided again on
--- its own, as message_create would; the room it was counted for stays
--- unused, so capacity errs on the side of refusing, as everywhere.
+-- its own, as message_create would. (At READ COMMITTED that cannot happen
+-- in a capped channel: its producers serialize on the admission row, taken
+-- before the snapshot.)
 CREATE OR REPLACE FUNCTION lonnymq._create_set(
     p_queue_id integer, p_channels text[], p_contents bytea[], p_dequeue_ats timestamptz[],
     p_dedup_keys text[], p_keyed boolean, p_names text[], p_head_held bigint[], p_now_ms bigint,
@@ -1291,12 +1295,18 @@ DECLARE
     v_source text := 'ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::bytea[]), '
                      'pg_catalog.unnest($3::timestamptz[]), pg_catalog.unnest($4::text[])) '
                      'WITH ORDINALITY AS u(channel, content, dequeue_at, dedup_key, ord)';
-    v_ords bigint[];
-    v_leaders bigint[];
-    v_lost integer[];  -- positions of leaders that lost a race for their dedup key
-    v_element record;
+    v_leaders bigint[];     -- per element: its leader's position
+    v_live bigint[];        -- per element: its leader's live duplicate
+    v_rank bigint[];        -- per element: its leader's rank among the admitted
+    v_admitted bigint;      -- how many elements were admitted
+    v_by_rank bigint[];     -- the id of each admitted element (0: it lost a race)
+    v_fixed bigint[];
+    v_next record;
+    v_adm record;
+    v_new refcursor;
+    v_lost bigint[];        -- leaders that lost a race for their dedup key
     v_result record;
-    v_at integer;
+    v_at bigint;
 BEGIN
     IF NOT p_keyed
        AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
@@ -1342,36 +1352,48 @@ BEGIN
 
     EXECUTE pg_catalog.format($q$
         WITH input AS MATERIALIZED (
-            SELECT u.ord, c.id AS channel_id, c.max_size, u.dedup_key,
-                   CASE WHEN u.dedup_key IS NULL THEN u.ord
-                        ELSE pg_catalog.min(u.ord) OVER (PARTITION BY c.id, u.dedup_key) END AS leader
-            FROM %1$s
-            LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel
-        ), live AS (
-            -- Leaders that a live message already answers.
-            SELECT i.ord, m.id
-            FROM input i
-            JOIN lonnymq.message m ON m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(i.channel_id, 0)
-                                  AND m.dedup_key = i.dedup_key AND m.dedup_key IS NOT NULL
-            WHERE i.dedup_key IS NOT NULL AND i.ord = i.leader
-        ), candidate AS (
-            SELECT i.ord, i.channel_id, i.max_size,
-                   pg_catalog.row_number() OVER (PARTITION BY i.channel_id ORDER BY i.ord) AS n
-            FROM input i
-            WHERE i.ord = i.leader AND NOT EXISTS (SELECT 1 FROM live l WHERE l.ord = i.ord)
+            -- Each element with its leader, and the leader's live duplicate.
+            SELECT b.ord, b.channel_id, b.max_size, b.leader, m.id AS live_id
+            FROM (SELECT u.ord, c.id AS channel_id, c.max_size, u.dedup_key,
+                         CASE WHEN u.dedup_key IS NULL THEN u.ord
+                              ELSE pg_catalog.min(u.ord) OVER (PARTITION BY c.id, u.dedup_key) END AS leader
+                  FROM %1$s
+                  LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel) b
+            LEFT JOIN lonnymq.message m
+                   ON b.dedup_key IS NOT NULL AND b.ord = b.leader
+                  AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
+                  AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
         ), room AS (
             SELECT c.id, c.max_size - (a.admitted - c.removed_count) AS free
             FROM lonnymq.channel c JOIN lonnymq.channel_admission a ON a.channel_id = c.id
             WHERE c.queue_id = $5 AND c.name = ANY ($8) AND c.max_size IS NOT NULL
-        ), decided AS (
-            SELECT k.ord, k.channel_id
-            FROM candidate k LEFT JOIN room r ON r.id = k.channel_id
-            WHERE k.max_size IS NULL OR k.n <= r.free
+        ), candidate AS (
+            -- Candidates are numbered per channel in input order.
+            SELECT i.ord, i.channel_id, i.leader, i.live_id,
+                   i.ord = i.leader AND i.live_id IS NULL AS candidate,
+                   i.max_size IS NULL
+                   OR pg_catalog.count(*) FILTER (WHERE i.ord = i.leader AND i.live_id IS NULL)
+                          OVER (PARTITION BY i.channel_id ORDER BY i.ord) <= r.free AS fits
+            FROM input i LEFT JOIN room r ON r.id = i.channel_id
+        ), decided AS MATERIALIZED (
+            SELECT k.ord, k.channel_id, k.leader, k.live_id, k.candidate AND k.fits AS admit
+            FROM candidate k
+        ), ranked AS (
+            -- Each element with its leader's outcome: live duplicate, rank
+            -- among the admitted (the leader is the first of its partition).
+            SELECT d.ord, d.admit, d.leader,
+                   pg_catalog.first_value(d.live_id) OVER w AS lead_live,
+                   pg_catalog.first_value(d.rank) OVER w AS lead_rank
+            FROM (SELECT d.*, CASE WHEN d.admit THEN pg_catalog.count(*) FILTER (WHERE d.admit)
+                                                     OVER (ORDER BY d.ord) END AS rank
+                  FROM decided d) d
+            WINDOW w AS (PARTITION BY d.leader ORDER BY d.ord)
         ), created AS (
             INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms, dedup_key)
             SELECT $5, d.channel_id, u.content,
                    coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, $7), u.dedup_key
             FROM decided d JOIN %1$s ON u.ord = d.ord
+            WHERE d.admit
             ORDER BY d.ord
             ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id, m.dequeue_ms, m.dedup_key
@@ -1388,61 +1410,65 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.count(*) AS n FROM created k
                   WHERE k.channel_id IN (SELECT r.id FROM room r) GROUP BY k.channel_id) k
             WHERE a.channel_id = k.channel_id
-        ), keyed AS (
-            -- Created leaders with a key, found by their key.
-            SELECT d.ord, k.id
-            FROM decided d JOIN input i ON i.ord = d.ord
-            JOIN created k ON coalesce(k.channel_id, 0) = coalesce(i.channel_id, 0) AND k.dedup_key = i.dedup_key
-        ), keyless AS (
-            -- Elements without a key are never refused by a conflict: the
-            -- n-th of them in input order has the n-th id.
-            SELECT d.ord, k.id
-            FROM (SELECT d.ord, pg_catalog.row_number() OVER (ORDER BY d.ord) AS n
-                  FROM decided d JOIN input i ON i.ord = d.ord WHERE i.dedup_key IS NULL) d
-            JOIN (SELECT k.id, pg_catalog.row_number() OVER (ORDER BY k.id) AS n
-                  FROM created k WHERE k.dedup_key IS NULL) k ON k.n = d.n
-        ), outcome AS (
-            -- Per leader: created, deduplicated, dropped, or NULL (lost a race).
-            SELECT i.ord,
-                   CASE WHEN l.id IS NOT NULL THEN 'deduplicated'
-                        WHEN coalesce(y.id, n.id) IS NOT NULL THEN 'created'
-                        WHEN d.ord IS NULL THEN 'dropped' END AS status,
-                   coalesce(l.id, y.id, n.id) AS id
-            FROM input i
-            LEFT JOIN live l ON l.ord = i.ord
-            LEFT JOIN decided d ON d.ord = i.ord
-            LEFT JOIN keyed y ON y.ord = i.ord
-            LEFT JOIN keyless n ON n.ord = i.ord
-            WHERE i.ord = i.leader
         )
-        SELECT pg_catalog.array_agg(CASE WHEN i.ord = i.leader OR o.status IS NULL THEN o.status
-                                         WHEN o.status = 'dropped' THEN 'dropped'
-                                         ELSE 'deduplicated' END ORDER BY i.ord),
-               pg_catalog.array_agg(o.id ORDER BY i.ord),
-               pg_catalog.array_agg(i.leader ORDER BY i.ord),
-               pg_catalog.array_agg(i.ord ORDER BY i.ord)
-        FROM input i JOIN outcome o ON o.ord = i.leader
+        SELECT pg_catalog.array_agg(CASE WHEN r.lead_live IS NOT NULL THEN 'deduplicated'
+                                         WHEN r.lead_rank IS NULL THEN 'dropped'
+                                         WHEN r.ord = r.leader THEN 'created'
+                                         ELSE 'deduplicated' END ORDER BY r.ord),
+               pg_catalog.array_agg(r.leader ORDER BY r.ord),
+               pg_catalog.array_agg(r.lead_live ORDER BY r.ord),
+               pg_catalog.array_agg(r.lead_rank ORDER BY r.ord),
+               pg_catalog.count(*) FILTER (WHERE r.admit),
+               (SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') FROM created k)
+        FROM ranked r
         $q$, v_source)
-    INTO statuses, ids, v_leaders, v_ords
+    INTO statuses, v_leaders, v_live, v_rank, v_admitted, v_by_rank
     USING p_channels, p_contents, p_dequeue_ats, p_dedup_keys, p_queue_id, p_head_held, p_now_ms, p_names;
 
-    -- Leaders that lost a race, decided again one by one (rare), then their
-    -- followers. (unnest, not subscripts: reading element i of a text array walks it.)
-    SELECT pg_catalog.array_agg(s.n) INTO v_lost
-    FROM ROWS FROM (pg_catalog.unnest(statuses), pg_catalog.unnest(v_leaders), pg_catalog.unnest(v_ords))
-         WITH ORDINALITY AS s(status, leader, ord, n)
-    WHERE s.status IS NULL AND s.leader = s.ord;
+    IF pg_catalog.cardinality(v_by_rank) < v_admitted THEN
+        -- Some leaders lost a race (rare): walk the admitted elements (so
+        -- far 'created') and the new messages together, both in input order;
+        -- an admitted element whose message is missing gets id 0 and is
+        -- decided again below.
+        OPEN v_new FOR SELECT m.id, c.name AS channel, m.dedup_key
+                       FROM pg_catalog.unnest(v_by_rank) AS k(id)
+                       JOIN lonnymq.message m ON m.id = k.id
+                       LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+                       ORDER BY m.id;
+        v_fixed := '{}';
+        FETCH v_new INTO v_next;
+        FOR v_adm IN SELECT a.channel, a.dedup_key
+                     FROM ROWS FROM (pg_catalog.unnest(statuses), pg_catalog.unnest(p_channels),
+                                     pg_catalog.unnest(p_dedup_keys)) AS a(status, channel, dedup_key)
+                     WHERE a.status = 'created' LOOP
+            IF v_next.id IS NOT NULL AND v_next.channel IS NOT DISTINCT FROM v_adm.channel
+               AND v_next.dedup_key IS NOT DISTINCT FROM v_adm.dedup_key THEN
+                v_fixed := pg_catalog.array_append(v_fixed, v_next.id);
+                FETCH v_new INTO v_next;
+            ELSE
+                v_fixed := pg_catalog.array_append(v_fixed, 0::bigint);
+            END IF;
+        END LOOP;
+        CLOSE v_new;
+        v_by_rank := v_fixed;
+    END IF;
+    -- Each element answers its leader's live duplicate or its leader's new
+    -- message, found by position (v_by_rank has no NULLs: reading an
+    -- element is direct).
+    SELECT pg_catalog.array_agg(coalesce(s.live, v_by_rank[s.rank]) ORDER BY s.n) INTO ids
+    FROM ROWS FROM (pg_catalog.unnest(v_live), pg_catalog.unnest(v_rank)) WITH ORDINALITY AS s(live, rank, n);
+
+    -- Leaders that lost a race, decided again one by one, then their followers.
+    SELECT pg_catalog.array_agg(s.n ORDER BY s.n) INTO v_lost
+    FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(v_leaders)) WITH ORDINALITY AS s(id, leader, n)
+    WHERE s.id = 0 AND s.leader = s.n;
     FOREACH v_at IN ARRAY coalesce(v_lost, '{}') LOOP
-        EXECUTE pg_catalog.format('SELECT u.channel, u.content, u.dequeue_at, u.dedup_key FROM %s WHERE u.ord = $5',
-                                  v_source)
-        INTO v_element
-        USING p_channels, p_contents, p_dequeue_ats, p_dedup_keys, v_ords[v_at];
         SELECT r.status, r.id INTO v_result
-        FROM lonnymq._create_one(p_queue_id, NULL, v_element.channel, v_element.content,
-                                 coalesce(lonnymq._ms_of(v_element.dequeue_at, 'dequeue_at'), p_now_ms),
-                                 0, v_element.dedup_key, NULL, 0, NULL, false) r;
+        FROM lonnymq._create_one(p_queue_id, NULL, p_channels[v_at], p_contents[v_at],
+                                 coalesce(lonnymq._ms_of(p_dequeue_ats[v_at], 'dequeue_at'), p_now_ms),
+                                 0, p_dedup_keys[v_at], NULL, 0, NULL, false) r;
         FOR i IN v_at .. pg_catalog.cardinality(statuses) LOOP
-            IF v_leaders[i] = v_ords[v_at] THEN
+            IF v_leaders[i] = v_at THEN
                 statuses[i] := CASE WHEN i = v_at OR v_result.status = 'dropped' THEN v_result.status
                                     ELSE 'deduplicated' END;
                 ids[i] := v_result.id;
