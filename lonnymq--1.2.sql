@@ -1314,6 +1314,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Its statements over the arrays are planned once for every size (see
+-- message_complete_batch); _create_set plans its deciding statement per call.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1397,8 +1400,10 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- status and id of each element, in input order; sends no wake-up (the
 -- caller sends one).
 --
--- The statements are planned for each call (EXECUTE): a set holds 1 to
--- 100000 elements, and one cached generic plan would fit none of them well.
+-- The deciding statement is planned for each call (EXECUTE): a set holds 1
+-- to 100000 elements, and one cached generic plan would fit none of them
+-- well. The plain path is one cached plan (planning it cost more than a
+-- small batch itself).
 --
 -- Without dedup keys or capped channels: one INSERT ... SELECT and one hint
 -- per channel. Otherwise one statement decides every element from one
@@ -1449,30 +1454,28 @@ BEGIN
                          AND c.max_size IS NOT NULL) THEN
         -- Every element is created. Ids follow input order (the INSERT draws
         -- them in ORDER BY order), so sorting them restores the input order.
-        EXECUTE pg_catalog.format($q$
-            WITH created AS (
-                INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
-                SELECT $5, c.id, u.content,
-                       coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, $7)
-                FROM %s
-                LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel
-                ORDER BY u.ord
-                RETURNING m.id, m.channel_id, m.dequeue_ms
-            ), hinted AS (
-                -- One hint per channel, at its earliest new message, covers
-                -- them all; none where that is not earlier than a held head.
-                INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-                SELECT $5, k.channel_id, k.first_ms
-                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
-                      FROM created k WHERE k.channel_id IS NOT NULL
-                      GROUP BY k.channel_id) k
-                JOIN lonnymq.channel c ON c.id = k.channel_id
-                WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
-            )
-            SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') FROM created k
-            $q$, v_source)
-        INTO ids
-        USING p_channels, p_contents, p_dequeue_ats, p_dedup_keys, p_queue_id, p_head_held, p_now_ms;
+        -- (A plain statement, planned once: its plan fits every size.)
+        WITH created AS (
+            INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
+            SELECT p_queue_id, c.id, u.content,
+                   coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, p_now_ms)
+            FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_contents),
+                            pg_catalog.unnest(p_dequeue_ats)) WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
+            LEFT JOIN lonnymq.channel c ON c.queue_id = p_queue_id AND c.name = u.channel
+            ORDER BY u.ord
+            RETURNING m.id, m.channel_id, m.dequeue_ms
+        ), hinted AS (
+            -- One hint per channel, at its earliest new message, covers
+            -- them all; none where that is not earlier than a held head.
+            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+            SELECT p_queue_id, k.channel_id, k.first_ms
+            FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+                  FROM created k WHERE k.channel_id IS NOT NULL
+                  GROUP BY k.channel_id) k
+            JOIN lonnymq.channel c ON c.id = k.channel_id
+            WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+        )
+        SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
         statuses := pg_catalog.array_fill('created'::text, ARRAY[pg_catalog.cardinality(ids)]);
         RETURN;
     END IF;

@@ -254,6 +254,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Its statements over the arrays are planned once for every size (see
+-- message_complete_batch); _create_set plans its deciding statement per call.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
