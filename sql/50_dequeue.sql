@@ -596,25 +596,15 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- The deliveries, in the order they were claimed. One id (the common
-    -- case) is read by its key: the plan over an array is re-planned on every
-    -- call (the planner prefers one for the array's actual length), which
-    -- costs more than the whole read.
-    IF pg_catalog.cardinality(v_ids) = 1 THEN
-        RETURN QUERY
-        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-               v_recovered = 1
-        FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
-        WHERE m.id = v_ids[1];
-    ELSIF pg_catalog.cardinality(v_ids) > 1 THEN
-        RETURN QUERY
-        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-               o.n <= v_recovered
-        FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
-        JOIN lonnymq.message m ON m.id = o.id
-        LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
-        ORDER BY o.n;
-    END IF;
+    -- The deliveries, in the order they were claimed (one plan for every
+    -- count: see plan_cache_mode above).
+    RETURN QUERY
+    SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+           o.n <= v_recovered
+    FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
+    JOIN lonnymq.message m ON m.id = o.id
+    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+    ORDER BY o.n;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
