@@ -2222,15 +2222,25 @@ BEGIN
               AND m.dequeue_ms <= v_now_ms
             ORDER BY m.dequeue_ms, m.id
             LIMIT 1) AS free_ms,
-           -- (Earliest first, so that each is one probe of its ordered index.)
+           -- (Earliest first and bounded by now, so that each is one probe of
+           -- its ordered index.)
            (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-            WHERE h.queue_id = q.id ORDER BY h.dequeue_ms LIMIT 1) <= v_now_ms AS hinted,
+            WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms
+            ORDER BY h.dequeue_ms LIMIT 1) IS NOT NULL AS hinted,
+           -- (Bounded by now: the scan stops at the first lock not yet
+           -- expired. Unbounded, it stepped over the entry every completed
+           -- message leaves in the index until the next vacuum, before the
+           -- first live lock: dead entries sort first, their locks having
+           -- been taken earlier. Workload 5's "completed" shape.)
            (SELECT m.locked_until_ms FROM lonnymq.message m
-            WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
-            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired,
-           -- (A channel held by another dequeuer is ready here too.)
-           EXISTS (SELECT 1 FROM lonnymq.channel c
-                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
+            WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
+            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
+           -- (A channel held by another dequeuer is ready here too. Ordered,
+           -- so that it is one probe of the scheduler index, never a scan of
+           -- the channel table and its dead row versions.)
+           (SELECT c.ready_ms FROM lonnymq.channel c
+            WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused
+            ORDER BY c.ready_ms LIMIT 1) IS NOT NULL AS channels_ready
     INTO v_row
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
     IF v_row IS NULL THEN

@@ -175,6 +175,35 @@ def shape_channel_less(conn: Any, total: int) -> None:
     )
 
 
+def shape_completed(conn: Any, total: int) -> Any:
+    """base + total messages delivered and completed since the last vacuum: a busy queue
+    between two autovacuum runs. Their rows are deleted after the shape's VACUUM (the
+    returned step), so their index entries stay behind, dead, as completes leave them;
+    autovacuum is kept off the table until the samples are taken."""
+    _base(conn)
+    qid, now = _queue_id(conn), _now_ms(conn)
+    _insert_channels(conn, "d", 100)
+    conn.execute(
+        "WITH c AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM lonnymq.channel "
+        "           WHERE queue_id = %s AND name LIKE 'd%%') "
+        "INSERT INTO lonnymq.message "
+        "(queue_id, channel_id, content, dequeue_ms, num_attempts, locked_until_ms) "
+        "SELECT %s, c.id, %s::bytea, %s - 600000, 1, %s + 600000 + i "
+        "FROM generate_series(0, %s - 1) i JOIN c ON c.k = i %% 100",
+        (qid, qid, PAYLOAD, now, now, total),
+    )
+
+    def complete_all(conn: Any) -> None:
+        conn.execute("ALTER TABLE lonnymq.message SET (autovacuum_enabled = false)")
+        conn.execute(
+            "DELETE FROM lonnymq.message m USING lonnymq.channel c "
+            "WHERE c.id = m.channel_id AND c.queue_id = %s AND c.name LIKE 'd%%'",
+            (qid,),
+        )
+
+    return complete_all
+
+
 def shapes(scale: float) -> list[tuple[str, str, Any, int]]:
     big, mid, sat = int(1_000_000 * scale), int(100_000 * scale), int(10_000 * scale)
     return [
@@ -189,6 +218,14 @@ def shapes(scale: float) -> list[tuple[str, str, Any, int]]:
         ),
         ("expired_100k", f"1k ready + {mid:,} expired locks", lambda c: shape_expired(c, mid), mid),
         ("empty_100k", f"1k ready + {mid:,} empty channels", lambda c: shape_empty(c, mid), mid),
+        # Not one of the issue's shapes: dead index entries of completed messages, which only
+        # vacuum removes (the recovery probe walked them all, a heap fetch each, until 1.2).
+        (
+            "completed_100k",
+            f"1k ready + {mid:,} completed since the last vacuum",
+            lambda c: shape_completed(c, mid),
+            mid,
+        ),
         # Not one of the issue's shapes: channel-less backlog (workload 3's queue when it grows).
         (
             "channel_less_1m",
@@ -275,17 +312,23 @@ def run(scale: float, samples: int, warmup: int, mode: str) -> dict[str, Any]:
     for key, label, build, size in shapes(scale):
         with connect() as conn:
             t0 = time.perf_counter()
-            build(conn)
+            after_vacuum = build(conn)
             conn.execute("VACUUM ANALYZE lonnymq.message")
             conn.execute("VACUUM ANALYZE lonnymq.channel")
             conn.execute("VACUUM ANALYZE lonnymq.channel_hint")
             problems = [
                 r[0] for r in conn.execute("SELECT * FROM lonnymq.verify() LIMIT 5").fetchall()
             ]
+            if after_vacuum is not None:
+                after_vacuum(conn)
             built_s = time.perf_counter() - t0
-        with connect(autocommit=False) as conn:
-            times, base_times, first = _sample(conn, samples, warmup)
-            plans = _explain(conn)
+        try:
+            with connect(autocommit=False) as conn:
+                times, base_times, first = _sample(conn, samples, warmup)
+                plans = _explain(conn)
+        finally:
+            with connect() as conn:
+                conn.execute("ALTER TABLE lonnymq.message RESET (autovacuum_enabled)")
         entry: dict[str, Any] = {
             "label": label,
             "size": size,
