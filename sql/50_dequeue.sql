@@ -256,12 +256,15 @@ BEGIN
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
-        -- Whether it was the channel's last due message (this statement's
-        -- snapshot still shows it unlocked, hence "another"). Only a hint for
-        -- whether to raise the head: the raise reads afresh under the head lock.
+        -- Whether it was the channel's last due message: none follows it.
+        -- Only a hint for whether to raise the head (the raise reads afresh
+        -- under the head lock), so it looks past the claimed one only: the
+        -- entries before it are those claimed since the last vacuum, which
+        -- a busy channel accumulates by the thousand.
         RETURNING m.id, NOT EXISTS (SELECT 1 FROM lonnymq.message o
                                     WHERE o.queue_id = p_queue.id AND o.channel_id = v_channel.id
-                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms AND o.id <> m.id)
+                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
+                                      AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id))
         INTO v_id, v_drained;
         IF NOT FOUND THEN
             PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
