@@ -1,0 +1,158 @@
+"""A/B of a hot-path change: the server CPU of one message_dequeue under two definitions.
+
+Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
+    .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--name NAME]
+
+A.sql and B.sql hold function definitions (CREATE OR REPLACE ...), typically two versions
+of sql/50_dequeue.sql. Each is applied on top of this checkout's installed lonnymq in a
+database of its own (ab_a, ab_b, created afresh). Every round fills both queues alike
+(MESSAGES ready messages over 100 channels, VACUUM ANALYZE), then dequeues them one per
+transaction, alternating between the two databases every 100 dequeues, and reads each
+backend's CPU time from /proc: drift on the machine (other work, frequency, caches) falls
+on both alike. Run it with the same file twice to see the noise (A/A): on the 2-core
+machine of bench/README.md, 12 rounds gave ratios of 0.96-1.09 and a median of 1.000.
+Writes bench/results/ab-NAME.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from common import HOST, PGBIN, PORT, RESULTS, log, scalar
+
+CHUNK = 100
+CHANNELS = 100
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a local backend."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _dsn(database: str) -> str:
+    return f"host={HOST} port={PORT} user=postgres dbname={database}"
+
+
+def _prepare(database: str, definitions: Path) -> None:
+    """A fresh database with lonnymq installed, then the definitions applied over it."""
+    with psycopg.connect(_dsn("postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.execute(f"CREATE DATABASE {database}")
+    with psycopg.connect(_dsn(database), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION lonnymq")
+    subprocess.run(
+        [
+            str(PGBIN / "psql"),
+            "-q",
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            _dsn(database),
+            "-f",
+            str(definitions),
+        ],
+        check=True,
+    )
+
+
+def _fill(conn: psycopg.Connection[Any], messages: int) -> int:
+    """An empty queue given `messages` ready messages over the channels; the backend pid."""
+    conn.execute("TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive")
+    conn.execute(
+        "SELECT count(lonnymq.message_create('ab', 'c' || (i %% %s + 1), 'payload'::bytea)) "
+        "FROM generate_series(1, %s) i",
+        (CHANNELS, messages),
+    )
+    for table in ("message", "channel", "channel_hint"):
+        conn.execute(f"VACUUM ANALYZE lonnymq.{table}")
+    for _ in range(CHUNK // 2):  # plans made, caches warm
+        conn.execute("SELECT id FROM lonnymq.message_dequeue('ab', 3600000)").fetchone()
+    return int(scalar(conn, "SELECT pg_backend_pid()"))
+
+
+def _round(messages: int) -> dict[str, float]:
+    """One round: µs of backend CPU per dequeue in each database."""
+    conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in ("ab_a", "ab_b")}
+    try:
+        pids = {db: _fill(conn, messages) for db, conn in conns.items()}
+        spent = dict.fromkeys(conns, 0.0)
+        chunks = (messages - CHUNK) // CHUNK
+        for chunk in range(chunks):
+            order = ("ab_a", "ab_b") if chunk % 2 == 0 else ("ab_b", "ab_a")
+            for db in order:
+                before = _cpu_s(pids[db])
+                for _ in range(CHUNK):
+                    row = (
+                        conns[db]
+                        .execute("SELECT id FROM lonnymq.message_dequeue('ab', 3600000)")
+                        .fetchone()
+                    )
+                    if row is None:
+                        raise RuntimeError(f"{db}: the queue ran dry before the other")
+                spent[db] += _cpu_s(pids[db]) - before
+        return {db: spent[db] / (chunks * CHUNK) * 1e6 for db in conns}
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a", type=Path, help="definitions for database ab_a")
+    parser.add_argument("b", type=Path, help="definitions for database ab_b")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--name", default="dequeue")
+    args = parser.parse_args()
+    if args.messages < 3 * CHUNK:
+        parser.error(f"--messages must be at least {3 * CHUNK}")
+    _prepare("ab_a", args.a)
+    _prepare("ab_b", args.b)
+    rounds = []
+    for number in range(args.rounds):
+        result = _round(args.messages)
+        result["ratio"] = result["ab_b"] / result["ab_a"]
+        rounds.append(result)
+        log(
+            f"round {number + 1}: A {result['ab_a']:.0f} µs, B {result['ab_b']:.0f} µs "
+            f"per dequeue (B/A {result['ratio']:.3f})"
+        )
+    ratios = sorted(r["ratio"] for r in rounds)
+    median = statistics.median(ratios)
+    spread = f"{ratios[0]:.3f} .. {ratios[-1]:.3f}"
+    log(f"B/A median of {args.rounds} rounds: {median:.3f} (rounds {spread})")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"ab-{args.name}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "a": {"file": str(args.a), "md5": hashlib.md5(args.a.read_bytes()).hexdigest()},
+                "b": {"file": str(args.b), "md5": hashlib.md5(args.b.read_bytes()).hexdigest()},
+                "messages": args.messages,
+                "chunk": CHUNK,
+                "rounds": rounds,
+                "median_ratio": median,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    log(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
