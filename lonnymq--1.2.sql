@@ -2238,12 +2238,13 @@ BEGIN
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
             ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- (A channel held by another dequeuer is ready here too. Ordered,
-           -- so that it is one probe of the scheduler index, never a scan of
-           -- the channel table and its dead row versions.)
-           (SELECT c.ready_ms FROM lonnymq.channel c
-            WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused
-            ORDER BY c.ready_ms LIMIT 1) IS NOT NULL AS channels_ready
+           -- (A channel held by another dequeuer is ready here too. Not an
+           -- ordered probe of the scheduler index: while an old snapshot holds
+           -- the dead entries every turn leaves at its front, that probe
+           -- fetches each from the heap, which the round then does again;
+           -- this stops at the first ready row of the table.)
+           EXISTS (SELECT 1 FROM lonnymq.channel c
+                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_row
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
     IF v_row IS NULL THEN
