@@ -63,3 +63,6 @@ RESET check_function_bodies;
 -- From 1.1.
 \set from '1.1'
 \i test/upgrade_route.psql
+-- From 1.2.
+\set from '1.2'
+\i test/upgrade_route.psql
