@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import subprocess
 import time
@@ -28,17 +27,15 @@ from typing import Any
 
 import psycopg
 
-from common import HOST, PGBIN, PORT, RESULTS, log, scalar
+from common import CLK_TCK, HOST, PGBIN, PORT, RESULTS, cpu_ticks, log, scalar
 
 CHUNK = 100
 CHANNELS = 100
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a local backend."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return cpu_ticks([pid])[pid] / CLK_TCK
 
 
 def _dsn(database: str) -> str:

@@ -256,6 +256,21 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks(pids: list[int]) -> dict[int, int]:
+    """utime + stime of each local process still alive, in clock ticks (from /proc)."""
+    ticks = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks[pid] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (p in 0..100)."""
     if not values:

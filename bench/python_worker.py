@@ -37,7 +37,6 @@ BACKLOG = 2000
 CHANNELS = 100
 WARMUP_S = 2.0
 TOP_UP_S = 0.02
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 APPLICATION = "bench-worker-consumer"  # PGAPPNAME of the consumers, to find their backends
 
 
@@ -96,18 +95,6 @@ class Producer(threading.Thread):
                 self.top_up()
         except BaseException as exc:  # reported by the driver, not lost in a thread
             self.error = exc
-
-
-def _cpu_ticks(pids: list[int]) -> dict[int, int]:
-    """utime + stime of each process still alive, in clock ticks."""
-    ticks = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks[pid] = int(fields[11]) + int(fields[12])
-    return ticks
 
 
 def _spent(before: dict[int, int], after: dict[int, int]) -> int:
@@ -228,12 +215,12 @@ def one_run(system: str, seconds: float, baseline: Path | None) -> dict[str, Any
         server, clients = _server_pids(), [p.pid for p in procs]
         producer.low = BACKLOG
         created0, live0 = producer.snapshot()
-        server0, client0 = _cpu_ticks(server), _cpu_ticks(clients)
-        backends0, t0 = _cpu_ticks(_consumer_backends()), time.monotonic()
+        server0, client0 = common.cpu_ticks(server), common.cpu_ticks(clients)
+        backends0, t0 = common.cpu_ticks(_consumer_backends()), time.monotonic()
         time.sleep(seconds)
         created1, live1 = producer.snapshot()
-        server1, client1 = _cpu_ticks(_server_pids()), _cpu_ticks(clients)
-        backends1, t1 = _cpu_ticks(_consumer_backends()), time.monotonic()
+        server1, client1 = common.cpu_ticks(_server_pids()), common.cpu_ticks(clients)
+        backends1, t1 = common.cpu_ticks(_consumer_backends()), time.monotonic()
         low = producer.low
     finally:
         handled = _stop_consumers(procs)
@@ -243,7 +230,7 @@ def one_run(system: str, seconds: float, baseline: Path | None) -> dict[str, Any
     if producer.error is not None:
         raise RuntimeError(f"producer failed: {producer.error!r}")
     jobs = (created1 - created0) - (live1 - live0)
-    ms_per_tick = 1000 / CLK_TCK
+    ms_per_tick = 1000 / common.CLK_TCK
     return {
         "jobs_per_s": jobs / (t1 - t0),
         "jobs": jobs,
