@@ -1201,6 +1201,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create(
     OUT id bigint
 )
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1314,6 +1317,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 -- Its statements over the arrays are planned once for every size (see
 -- message_complete_batch); _create_set plans its deciding statement per call.
 SET plan_cache_mode = force_generic_plan
@@ -1461,7 +1467,9 @@ BEGIN
                    coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, p_now_ms)
             FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_contents),
                             pg_catalog.unnest(p_dequeue_ats)) WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
-            LEFT JOIN lonnymq.channel c ON c.queue_id = p_queue_id AND c.name = u.channel
+            -- (Each channel by key, see message_dequeue's final read.)
+            LEFT JOIN LATERAL (SELECT c.id FROM lonnymq.channel c
+                               WHERE c.queue_id = p_queue_id AND c.name = u.channel LIMIT 1) c ON true
             ORDER BY u.ord
             RETURNING m.id, m.channel_id, m.dequeue_ms
         ), hinted AS (
@@ -1472,7 +1480,8 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
                   FROM created k WHERE k.channel_id IS NOT NULL
                   GROUP BY k.channel_id) k
-            JOIN lonnymq.channel c ON c.id = k.channel_id
+            -- (By key, see message_dequeue's final read.)
+            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
             WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
@@ -1482,9 +1491,9 @@ BEGIN
 
     -- Admission rows of capped channels, in id order (as every producer takes them).
     PERFORM 1 FROM lonnymq.channel_admission a
-    WHERE a.channel_id IN (
+    WHERE a.channel_id = ANY (ARRAY(
         SELECT c.id FROM lonnymq.channel c
-        WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names) AND c.max_size IS NOT NULL)
+        WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names) AND c.max_size IS NOT NULL))
     ORDER BY a.channel_id
     FOR UPDATE;
 
@@ -1496,14 +1505,19 @@ BEGIN
                          CASE WHEN u.dedup_key IS NULL THEN u.ord
                               ELSE pg_catalog.min(u.ord) OVER (PARTITION BY c.id, u.dedup_key) END AS leader
                   FROM %1$s
-                  LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel) b
-            LEFT JOIN lonnymq.message m
-                   ON b.dedup_key IS NOT NULL AND b.ord = b.leader
-                  AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
-                  AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
+                  -- (Rows of tables by key, see message_dequeue's final read.)
+                  LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
+                                     WHERE c.queue_id = $5 AND c.name = u.channel LIMIT 1) c ON true) b
+            LEFT JOIN LATERAL (SELECT m.id FROM lonnymq.message m
+                               WHERE b.dedup_key IS NOT NULL AND b.ord = b.leader
+                                 AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
+                                 AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
+                               LIMIT 1) m ON true
         ), room AS (
             SELECT c.id, c.max_size - (a.admitted - c.removed_count) AS free
-            FROM lonnymq.channel c JOIN lonnymq.channel_admission a ON a.channel_id = c.id
+            FROM lonnymq.channel c
+            CROSS JOIN LATERAL (SELECT a.admitted FROM lonnymq.channel_admission a
+                                WHERE a.channel_id = c.id LIMIT 1) a
             WHERE c.queue_id = $5 AND c.name = ANY ($8) AND c.max_size IS NOT NULL
         ), candidate AS (
             -- Candidates are numbered per channel in input order.
@@ -1541,7 +1555,8 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
                   FROM created k WHERE k.channel_id IS NOT NULL
                   GROUP BY k.channel_id) k
-            JOIN lonnymq.channel c ON c.id = k.channel_id
+            -- (By key, see message_dequeue's final read.)
+            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
             WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
         ), admitted AS (
             UPDATE lonnymq.channel_admission a SET admitted = a.admitted + k.n
@@ -1570,8 +1585,10 @@ BEGIN
         -- decided again below.
         OPEN v_new FOR SELECT m.id, c.name AS channel, m.dedup_key
                        FROM pg_catalog.unnest(v_by_rank) AS k(id)
-                       JOIN lonnymq.message m ON m.id = k.id
-                       LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+                       CROSS JOIN LATERAL (SELECT m.id, m.channel_id, m.dedup_key FROM lonnymq.message m
+                                           WHERE m.id = k.id LIMIT 1) m
+                       LEFT JOIN LATERAL (SELECT c.name FROM lonnymq.channel c
+                                          WHERE c.id = m.channel_id LIMIT 1) c ON true
                        ORDER BY m.id;
         v_fixed := '{}';
         FETCH v_new INTO v_next;
@@ -1665,9 +1682,9 @@ BEGIN
     END IF;
 
     -- New channels pay for the sweep of idle ones, once, before any is taken.
+    -- (Each name by key: a scalar subquery, never an anti-join over the table.)
     IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_names) AS n
-               WHERE NOT EXISTS (
-                   SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
+               WHERE (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n) IS NULL) THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
     -- Take every channel first: the existing ones pinned in one statement
@@ -1851,8 +1868,9 @@ BEGIN
             UPDATE lonnymq.message m
             SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
             WHERE m.id = ANY (v_expired)
-              AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                              WHERE c.id = m.channel_id AND m.num_attempts >= c.max_attempts)
+              -- (Its channel by key, a scalar subquery: see the final read.)
+              AND NOT coalesce((SELECT m.num_attempts >= c.max_attempts FROM lonnymq.channel c
+                                WHERE c.id = m.channel_id), false)
             RETURNING m.id
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY pg_catalog.array_position(v_expired, k.id)), '{}')
@@ -1860,7 +1878,8 @@ BEGIN
         v_ids := v_ids || v_claimed;
         -- The rest are out of attempts: dead-lettered, then their places refilled.
         FOR v_dying IN
-            SELECT m AS message, c AS channel FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
+            SELECT m AS message, x.channel FROM lonnymq.message m
+            CROSS JOIN LATERAL (SELECT c AS channel FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) x
             WHERE m.id = ANY (v_expired) AND m.locked_until_ms <= p_now_ms
             ORDER BY m.locked_until_ms, m.id
         LOOP
@@ -2183,6 +2202,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, m
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 -- One plan per statement for every call of the steps too: a custom plan that
 -- knows a LIMIT or an array's length looks cheaper than the generic one, so
 -- the plan cache planned the channel-less claim again at every call (0.2 ms,
@@ -2323,13 +2345,15 @@ BEGIN
     END LOOP;
 
     -- The deliveries, in the order they were claimed (one plan for every
-    -- count: see plan_cache_mode above).
+    -- count: see plan_cache_mode above). Each row and its channel's name
+    -- looked up by key: as a join, a plan made while the table looked empty
+    -- read the whole table once per call (the LIMIT keeps the subquery from
+    -- being flattened into one).
     RETURN QUERY
-    SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-           o.n <= v_recovered
+    SELECT m.id, (SELECT c.name FROM lonnymq.channel c WHERE c.id = m.channel_id), m.content, m.state,
+           m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority), o.n <= v_recovered
     FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
-    JOIN lonnymq.message m ON m.id = o.id
-    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+    CROSS JOIN LATERAL (SELECT d.* FROM lonnymq.message d WHERE d.id = o.id LIMIT 1) m
     ORDER BY o.n;
 END
 $$;
@@ -2372,6 +2396,9 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 -- _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_locked_until_ms bigint;
@@ -2421,6 +2448,9 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 -- Its statements take arrays: a custom plan, which knows their length, looks
 -- cheaper than the generic one for short ones, so the plan cache would plan
 -- five statements again at every call (a batch of one cost 0.78 ms, 0.24 ms
@@ -2459,14 +2489,14 @@ BEGIN
     -- on no policy and no delivery of these messages can change under this
     -- call.
     PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
     ORDER BY c.id FOR KEY SHARE;
     -- Those whose rows the settles will update (accounted ones), and outside
     -- READ COMMITTED every one: an older snapshot may show an old policy, and
     -- this lock refuses a stale row (40001, see _pin_channel).
     v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
       AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
     ORDER BY c.id FOR NO KEY UPDATE;
 
@@ -2482,7 +2512,9 @@ BEGIN
     ), judged AS (
         SELECT i.ord, i.id, m.id IS NOT NULL AS present,
                coalesce(m.locked_until_ms IS NOT NULL AND m.num_attempts = i.attempt, false) AS current
-        FROM input i LEFT JOIN lonnymq.message m ON m.id = i.id
+        FROM input i
+        LEFT JOIN LATERAL (SELECT m.id, m.locked_until_ms, m.num_attempts FROM lonnymq.message m
+                           WHERE m.id = i.id LIMIT 1) m ON true  -- (by key, see message_dequeue's final read)
     ), first_current AS (
         SELECT j.id, pg_catalog.min(j.ord) AS ord FROM judged j WHERE j.current GROUP BY j.id
     )
@@ -2497,7 +2529,10 @@ BEGIN
     -- Accounted channels count their slots, archiving ones copy the message:
     -- those take the single-message path.
     FOR v_message IN
-        SELECT m.* FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
+        SELECT m.* FROM lonnymq.message m
+        -- (Each channel by key, see message_dequeue's final read.)
+        CROSS JOIN LATERAL (SELECT c.retain_completed, c.max_concurrency, c.release_interval_ms, c.max_size
+                            FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) c
         WHERE m.id = ANY (v_done)
           AND (c.retain_completed
                OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
@@ -2528,6 +2563,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_defer(
     state bytea DEFAULT NULL
 ) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_lock record;
@@ -2581,6 +2619,9 @@ COMMENT ON FUNCTION lonnymq.message_defer(bigint, bigint, timestamptz, bigint, b
 -- Status: extended, not_found, state_invalid.
 CREATE OR REPLACE FUNCTION lonnymq.message_heartbeat(id bigint, num_attempts bigint, lock_ms bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_lock record;
@@ -2606,6 +2647,9 @@ COMMENT ON FUNCTION lonnymq.message_heartbeat(bigint, bigint, bigint)
 -- Status: failed, not_found, state_invalid.
 CREATE OR REPLACE FUNCTION lonnymq.message_fail(id bigint, num_attempts bigint, error text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_lock record;
@@ -2627,6 +2671,9 @@ COMMENT ON FUNCTION lonnymq.message_fail(bigint, bigint, text) IS 'Archives a de
 -- instead), not_found.
 CREATE OR REPLACE FUNCTION lonnymq.message_cancel(id bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_message lonnymq.message;

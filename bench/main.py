@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+import burst
 import python_worker
 
 import common
@@ -26,8 +27,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="~2 minute smoke run at reduced scale")
     parser.add_argument(
         "--only",
-        default="throughput,latency,fairness,worker",
-        help="comma list of: throughput, latency, fairness, worker, held-snapshot, "
+        default="throughput,latency,fairness,worker,burst",
+        help="comma list of: throughput, latency, fairness, worker, burst, held-snapshot, "
         "held-snapshot-floor (the floor under the same test, for comparison)",
     )
     parser.add_argument(
@@ -80,6 +81,13 @@ def main() -> None:
     if "worker" in parts:
         common.log("workload 8: the Python Worker against a PGMQ consumer, backlog held")
         results["worker"] = python_worker.run(rounds, seconds, results["install"]["peers"])
+    if "burst" in parts:
+        common.log("workload 9: plans made on an empty queue (a burst; a trickle)")
+        results["burst"] = burst.run(
+            results["install"]["peers"],
+            messages=500 if args.quick else 5000,
+            seconds=3 if args.quick else 10,
+        )
     if "held-snapshot" in parts:
         results["held_snapshot"] = held_snapshot.run(args.minutes)
     if "held-snapshot-floor" in parts:

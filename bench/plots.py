@@ -217,6 +217,37 @@ def worker(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def burst(results: dict[str, Any], path: Path) -> None:
+    w9 = results["burst"]
+    systems = [s for s in SYSTEM_STYLE if s in w9]
+    cases = (
+        ("cold_us", "burst, plans made\non an empty queue"),
+        ("warm_us", "burst, plans made\non a full queue"),
+    )
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / len(systems)
+    for j, system in enumerate(systems):
+        label, colour = SYSTEM_STYLE[system]
+        values = [w9[system][key] for key, _ in cases] + [
+            w9[system]["trickle"]["cpu_us_per_message"]
+        ]
+        xs = [i - 0.4 + (j + 0.5) * width for i in range(len(values))]
+        ax.bar(xs, values, width, color=colour, label=label)
+    ax.set_xticks(range(len(cases) + 1))
+    ax.set_xticklabels(
+        [name for _, name in cases] + ["trickle: create, dequeue,\ncomplete on one client"],
+        fontsize=8,
+    )
+    ax.set_ylabel("server CPU us per message (median)")
+    ax.legend(fontsize=8)
+    fig.suptitle(
+        f"Workload 9: a burst of {w9['messages']} drained one by one; a queue that keeps up"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]:
     made = []
     for key, fn, name in (
@@ -224,6 +255,7 @@ def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]
         ("latency", latency, "latency"),
         ("fairness", fairness, "fairness"),
         ("worker", worker, "worker"),
+        ("burst", burst, "burst"),
         ("held_snapshot", held_snapshot, "held-snapshot"),
         (
             "held_snapshot_floor",

@@ -141,6 +141,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create(
     OUT id bigint
 )
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -254,6 +257,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 -- Its statements over the arrays are planned once for every size (see
 -- message_complete_batch); _create_set plans its deciding statement per call.
 SET plan_cache_mode = force_generic_plan

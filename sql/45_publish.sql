@@ -73,7 +73,9 @@ BEGIN
                    coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, p_now_ms)
             FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_contents),
                             pg_catalog.unnest(p_dequeue_ats)) WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
-            LEFT JOIN lonnymq.channel c ON c.queue_id = p_queue_id AND c.name = u.channel
+            -- (Each channel by key, see message_dequeue's final read.)
+            LEFT JOIN LATERAL (SELECT c.id FROM lonnymq.channel c
+                               WHERE c.queue_id = p_queue_id AND c.name = u.channel LIMIT 1) c ON true
             ORDER BY u.ord
             RETURNING m.id, m.channel_id, m.dequeue_ms
         ), hinted AS (
@@ -84,7 +86,8 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
                   FROM created k WHERE k.channel_id IS NOT NULL
                   GROUP BY k.channel_id) k
-            JOIN lonnymq.channel c ON c.id = k.channel_id
+            -- (By key, see message_dequeue's final read.)
+            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
             WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
@@ -94,9 +97,9 @@ BEGIN
 
     -- Admission rows of capped channels, in id order (as every producer takes them).
     PERFORM 1 FROM lonnymq.channel_admission a
-    WHERE a.channel_id IN (
+    WHERE a.channel_id = ANY (ARRAY(
         SELECT c.id FROM lonnymq.channel c
-        WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names) AND c.max_size IS NOT NULL)
+        WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names) AND c.max_size IS NOT NULL))
     ORDER BY a.channel_id
     FOR UPDATE;
 
@@ -108,14 +111,19 @@ BEGIN
                          CASE WHEN u.dedup_key IS NULL THEN u.ord
                               ELSE pg_catalog.min(u.ord) OVER (PARTITION BY c.id, u.dedup_key) END AS leader
                   FROM %1$s
-                  LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel) b
-            LEFT JOIN lonnymq.message m
-                   ON b.dedup_key IS NOT NULL AND b.ord = b.leader
-                  AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
-                  AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
+                  -- (Rows of tables by key, see message_dequeue's final read.)
+                  LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
+                                     WHERE c.queue_id = $5 AND c.name = u.channel LIMIT 1) c ON true) b
+            LEFT JOIN LATERAL (SELECT m.id FROM lonnymq.message m
+                               WHERE b.dedup_key IS NOT NULL AND b.ord = b.leader
+                                 AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
+                                 AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
+                               LIMIT 1) m ON true
         ), room AS (
             SELECT c.id, c.max_size - (a.admitted - c.removed_count) AS free
-            FROM lonnymq.channel c JOIN lonnymq.channel_admission a ON a.channel_id = c.id
+            FROM lonnymq.channel c
+            CROSS JOIN LATERAL (SELECT a.admitted FROM lonnymq.channel_admission a
+                                WHERE a.channel_id = c.id LIMIT 1) a
             WHERE c.queue_id = $5 AND c.name = ANY ($8) AND c.max_size IS NOT NULL
         ), candidate AS (
             -- Candidates are numbered per channel in input order.
@@ -153,7 +161,8 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
                   FROM created k WHERE k.channel_id IS NOT NULL
                   GROUP BY k.channel_id) k
-            JOIN lonnymq.channel c ON c.id = k.channel_id
+            -- (By key, see message_dequeue's final read.)
+            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
             WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
         ), admitted AS (
             UPDATE lonnymq.channel_admission a SET admitted = a.admitted + k.n
@@ -182,8 +191,10 @@ BEGIN
         -- decided again below.
         OPEN v_new FOR SELECT m.id, c.name AS channel, m.dedup_key
                        FROM pg_catalog.unnest(v_by_rank) AS k(id)
-                       JOIN lonnymq.message m ON m.id = k.id
-                       LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+                       CROSS JOIN LATERAL (SELECT m.id, m.channel_id, m.dedup_key FROM lonnymq.message m
+                                           WHERE m.id = k.id LIMIT 1) m
+                       LEFT JOIN LATERAL (SELECT c.name FROM lonnymq.channel c
+                                          WHERE c.id = m.channel_id LIMIT 1) c ON true
                        ORDER BY m.id;
         v_fixed := '{}';
         FETCH v_new INTO v_next;
@@ -277,9 +288,9 @@ BEGIN
     END IF;
 
     -- New channels pay for the sweep of idle ones, once, before any is taken.
+    -- (Each name by key: a scalar subquery, never an anti-join over the table.)
     IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_names) AS n
-               WHERE NOT EXISTS (
-                   SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
+               WHERE (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n) IS NULL) THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
     -- Take every channel first: the existing ones pinned in one statement

@@ -139,8 +139,9 @@ BEGIN
             UPDATE lonnymq.message m
             SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
             WHERE m.id = ANY (v_expired)
-              AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                              WHERE c.id = m.channel_id AND m.num_attempts >= c.max_attempts)
+              -- (Its channel by key, a scalar subquery: see the final read.)
+              AND NOT coalesce((SELECT m.num_attempts >= c.max_attempts FROM lonnymq.channel c
+                                WHERE c.id = m.channel_id), false)
             RETURNING m.id
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY pg_catalog.array_position(v_expired, k.id)), '{}')
@@ -148,7 +149,8 @@ BEGIN
         v_ids := v_ids || v_claimed;
         -- The rest are out of attempts: dead-lettered, then their places refilled.
         FOR v_dying IN
-            SELECT m AS message, c AS channel FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
+            SELECT m AS message, x.channel FROM lonnymq.message m
+            CROSS JOIN LATERAL (SELECT c AS channel FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) x
             WHERE m.id = ANY (v_expired) AND m.locked_until_ms <= p_now_ms
             ORDER BY m.locked_until_ms, m.id
         LOOP
@@ -471,6 +473,9 @@ CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, m
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Rows by key only, whatever the tables' size when a plan is made (design.md,
+-- "Plans made on empty tables").
+SET enable_seqscan = off
 -- One plan per statement for every call of the steps too: a custom plan that
 -- knows a LIMIT or an array's length looks cheaper than the generic one, so
 -- the plan cache planned the channel-less claim again at every call (0.2 ms,
@@ -611,13 +616,15 @@ BEGIN
     END LOOP;
 
     -- The deliveries, in the order they were claimed (one plan for every
-    -- count: see plan_cache_mode above).
+    -- count: see plan_cache_mode above). Each row and its channel's name
+    -- looked up by key: as a join, a plan made while the table looked empty
+    -- read the whole table once per call (the LIMIT keeps the subquery from
+    -- being flattened into one).
     RETURN QUERY
-    SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-           o.n <= v_recovered
+    SELECT m.id, (SELECT c.name FROM lonnymq.channel c WHERE c.id = m.channel_id), m.content, m.state,
+           m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority), o.n <= v_recovered
     FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
-    JOIN lonnymq.message m ON m.id = o.id
-    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+    CROSS JOIN LATERAL (SELECT d.* FROM lonnymq.message d WHERE d.id = o.id LIMIT 1) m
     ORDER BY o.n;
 END
 $$;
