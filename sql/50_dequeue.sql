@@ -531,11 +531,13 @@ BEGIN
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
             ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- (A channel held by another dequeuer is ready here too. Not an
-           -- ordered probe of the scheduler index: while an old snapshot holds
-           -- the dead entries every turn leaves at its front, that probe
-           -- fetches each from the heap, which the round then does again;
-           -- this stops at the first ready row of the table.)
+           -- (A channel held by another dequeuer is ready here too. A probe of
+           -- the scheduler index, as every plan here is (enable_seqscan off):
+           -- while an old snapshot holds the dead entries every turn leaves
+           -- at its front, it fetches each from the heap, which the round then
+           -- does again; a scan of the table would stop at its first ready
+           -- row instead, but only plans that never read a whole table are
+           -- safe to keep, see design.md.)
            EXISTS (SELECT 1 FROM lonnymq.channel c
                    WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_row
