@@ -27,15 +27,10 @@ from typing import Any
 
 import psycopg
 
-from common import CLK_TCK, HOST, PGBIN, PORT, RESULTS, cpu_ticks, log, scalar
+from common import HOST, PGBIN, PORT, RESULTS, cpu_s, log, scalar
 
 CHUNK = 100
 CHANNELS = 100
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a local backend."""
-    return cpu_ticks([pid])[pid] / CLK_TCK
 
 
 def _dsn(database: str) -> str:
@@ -90,7 +85,7 @@ def _round(messages: int) -> dict[str, float]:
         for chunk in range(chunks):
             order = ("ab_a", "ab_b") if chunk % 2 == 0 else ("ab_b", "ab_a")
             for db in order:
-                before = _cpu_s(pids[db])
+                before = cpu_s(pids[db])
                 for _ in range(CHUNK):
                     row = (
                         conns[db]
@@ -99,7 +94,7 @@ def _round(messages: int) -> dict[str, float]:
                     )
                     if row is None:
                         raise RuntimeError(f"{db}: the queue ran dry before the other")
-                spent[db] += _cpu_s(pids[db]) - before
+                spent[db] += cpu_s(pids[db]) - before
         return {db: spent[db] / (chunks * CHUNK) * 1e6 for db in conns}
     finally:
         for conn in conns.values():

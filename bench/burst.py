@@ -31,12 +31,11 @@ from typing import Any
 import psycopg
 
 from common import (
-    CLK_TCK,
     PAYLOAD,
     PGMQ_PAYLOAD,
     PGMQ_QUEUE,
     connect,
-    cpu_ticks,
+    cpu_s,
     log,
     reset_lonnymq,
     reset_lonnymq_original,
@@ -137,17 +136,18 @@ def _autovacuum(conn: Conn, system: System, enabled: bool) -> None:
         conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = {str(enabled).lower()})")
 
 
-def _cpu_s(pid: int) -> float:
-    return cpu_ticks([pid])[pid] / CLK_TCK
+def _fresh(admin: Conn, system: System) -> None:
+    """The system's queue emptied, its tables vacuumed (and so planned as empty)."""
+    system.reset(admin)
+    for table in system.tables:
+        admin.execute(f"VACUUM ANALYZE {table}")
 
 
 def _burst(system: System, messages: int, cold: bool, limit_s: float) -> dict[str, Any]:
     """Drains a burst of `messages`, with plans made before it (cold) or after it (warm)."""
     with connect() as admin:
-        system.reset(admin)
         _autovacuum(admin, system, False)
-        for table in system.tables:
-            admin.execute(f"VACUUM ANALYZE {table}")
+        _fresh(admin, system)
         try:
             with connect() as consumer:
                 pid = int(scalar(consumer, "SELECT pg_backend_pid()"))
@@ -157,10 +157,10 @@ def _burst(system: System, messages: int, cold: bool, limit_s: float) -> dict[st
                 if not cold:
                     for table in system.tables:
                         admin.execute(f"ANALYZE {table}")
-                cpu0, t0, done = _cpu_s(pid), time.perf_counter(), 0
+                cpu0, t0, done = cpu_s(pid), time.perf_counter(), 0
                 while time.perf_counter() - t0 < limit_s and system.consume_one(consumer):
                     done += 1
-                cpu, wall = _cpu_s(pid) - cpu0, time.perf_counter() - t0
+                cpu, wall = cpu_s(pid) - cpu0, time.perf_counter() - t0
         finally:
             _autovacuum(admin, system, True)
     return {
@@ -173,18 +173,16 @@ def _burst(system: System, messages: int, cold: bool, limit_s: float) -> dict[st
 def _trickle(system: System, seconds: float) -> dict[str, Any]:
     """create -> dequeue -> complete in a loop on one connection: a queue that keeps up."""
     with connect() as admin:
-        system.reset(admin)
-        for table in system.tables:
-            admin.execute(f"VACUUM ANALYZE {table}")
+        _fresh(admin, system)
     with connect() as conn:
         pid = int(scalar(conn, "SELECT pg_backend_pid()"))
-        cpu0, t0, done = _cpu_s(pid), time.perf_counter(), 0
+        cpu0, t0, done = cpu_s(pid), time.perf_counter(), 0
         while time.perf_counter() - t0 < seconds:
             system.create_one(conn, done)
             if not system.consume_one(conn):
                 raise RuntimeError(f"{system.name}: the message just created was not delivered")
             done += 1
-        cpu, wall = _cpu_s(pid) - cpu0, time.perf_counter() - t0
+        cpu, wall = cpu_s(pid) - cpu0, time.perf_counter() - t0
     return {
         "messages": done,
         "cpu_us_per_message": round(cpu / done * 1e6, 1),

@@ -271,6 +271,11 @@ def cpu_ticks(pids: list[int]) -> dict[int, int]:
     return ticks
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one local process (a backend), from /proc."""
+    return cpu_ticks([pid])[pid] / CLK_TCK
+
+
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (p in 0..100)."""
     if not values:
