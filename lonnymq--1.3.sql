@@ -1921,6 +1921,106 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean)
     IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
 
+-- A round of several channels, served as single dequeues in a row would be
+-- (see _dequeue_round), with a statement per step instead of two per channel:
+-- the heads claimed in one statement (LATERAL ... LIMIT 1: one probe of each
+-- channel, never a join over the table), the turns recorded in another. That
+-- saves a batch of 100 about a third of its server CPU per message
+-- (bench/README.md); a round of one channel, every single dequeue, stays on
+-- the two plain statements of _dequeue_round, which cost it less than these
+-- (9% more per single dequeue, measured).
+CREATE OR REPLACE FUNCTION lonnymq._serve_round(p_queue lonnymq.queue, p_round lonnymq.channel[], p_now_ms bigint,
+                                                p_lock_ms bigint, p_raises integer,
+                                                OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
+                                                OUT raised integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+    v_claimed bigint[];    -- per channel of the round, in its order: the message claimed, or NULL
+    v_drained boolean[];   -- ... and whether it was the channel's last due message
+    v_i integer := 0;
+    v_raise boolean;
+    v_head_ms bigint;
+    -- per channel served, in round order: its head raised, the raised head, its turn number
+    v_raises boolean[] := '{}';
+    v_heads bigint[] := '{}';
+    v_seqs bigint[] := '{}';
+BEGIN
+    ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
+    FOREACH v_channel IN ARRAY p_round LOOP
+        IF v_channel.max_attempts IS NOT NULL THEN
+            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
+        END IF;
+    END LOOP;
+    -- (The claimed rows put back in the round's order by a join of the two
+    -- lists; the drained probe as in _dequeue_round.)
+    WITH claimed AS (
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+        WHERE m.id = ANY (ARRAY(
+            SELECT h.id FROM pg_catalog.unnest(p_round) AS r
+            CROSS JOIN LATERAL (SELECT h.id FROM lonnymq.message h
+                                WHERE h.queue_id = p_queue.id AND h.channel_id = r.id
+                                  AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                                  AND (r.max_attempts IS NULL OR h.num_attempts < r.max_attempts)
+                                ORDER BY h.dequeue_ms, h.id
+                                LIMIT 1
+                                FOR UPDATE SKIP LOCKED) h))
+        RETURNING m.id, m.channel_id,
+                  NOT EXISTS (SELECT 1 FROM lonnymq.message o
+                              WHERE o.queue_id = p_queue.id AND o.channel_id = m.channel_id
+                                AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
+                                AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id)) AS drained
+    )
+    SELECT pg_catalog.array_agg(k.id ORDER BY r.ordinality), pg_catalog.array_agg(k.drained ORDER BY r.ordinality)
+    INTO v_claimed, v_drained
+    FROM pg_catalog.unnest(p_round) WITH ORDINALITY AS r  -- (a row per channel: its columns, then ordinality)
+    LEFT JOIN claimed k ON k.channel_id = r.id;
+    FOREACH v_channel IN ARRAY p_round LOOP
+        v_i := v_i + 1;
+        IF v_claimed[v_i] IS NULL THEN
+            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
+            raised := raised + 1;
+            tried := tried || v_channel.id;
+            CONTINUE;
+        END IF;
+        -- (Its head raised as in _dequeue_round.)
+        v_raise := v_drained[v_i] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
+        raised := raised + v_raise::integer;
+        v_head_ms := NULL;
+        IF v_raise THEN
+            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
+            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1;
+        END IF;
+        ids := ids || v_claimed[v_i];
+        served := served || v_channel.id;
+        v_raises := v_raises || v_raise;
+        v_heads := v_heads || v_head_ms;
+        v_seqs := v_seqs || pg_catalog.nextval('lonnymq.turn_seq');  -- drawn in round order
+    END LOOP;
+    IF pg_catalog.cardinality(served) = 0 THEN
+        RETURN;
+    END IF;
+    -- Every turn, each row by its key, its values at its place in the round
+    -- (array_position: a round has at most max_messages channels).
+    UPDATE lonnymq.channel c
+    SET (locked_count, last_turn_ms, turn_seq, head_ms, ready_ms) = (
+        SELECT t.locked_count, p_now_ms, t.seq, t.head_ms,
+               lonnymq._ready_ms(t.head_ms, p_now_ms, c.release_interval_ms, t.locked_count, c.max_concurrency, t.seq)
+        FROM (SELECT c.locked_count + lonnymq._accounted(c.max_concurrency, c.release_interval_ms,
+                                                         c.max_size)::integer AS locked_count,
+                     v_seqs[p.n] AS seq,
+                     CASE WHEN v_raises[p.n] THEN v_heads[p.n] ELSE c.head_ms END AS head_ms
+              FROM (SELECT pg_catalog.array_position(served, c.id) AS n) p) t)
+    WHERE c.id = ANY (served);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._serve_round(lonnymq.queue, lonnymq.channel[], bigint, bigint, integer)
+    IS 'Dequeue round of several channels: their heads claimed and their turns recorded, a statement each.';
+
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
 -- other transaction holds, in one statement (only those in p_only when given,
 -- only those fairer than the channel-less key p_channelless_ms when given), then
@@ -1931,7 +2031,8 @@ COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean
 -- if it can be, and comes back in `tried`. At most p_raises heads are raised
 -- (each holds an advisory lock until commit, and the lock table is shared
 -- and finite); past that, heads stay early, which is safe. `raised` counts
--- the head locks used.
+-- the head locks used. A round of several channels is served by
+-- _serve_round, set-based; this loop serves a round of one.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
                                                   p_only bigint[], p_raises integer,
@@ -1971,6 +2072,11 @@ BEGIN
               ORDER BY c.ready_ms, c.turn_seq, c.id
               LIMIT p_want
               FOR NO KEY UPDATE SKIP LOCKED) r;
+    END IF;
+    IF pg_catalog.cardinality(v_round) > 1 THEN
+        SELECT s.ids, s.served, s.tried, s.raised INTO ids, served, tried, raised
+        FROM lonnymq._serve_round(p_queue, v_round, p_now_ms, p_lock_ms, p_raises) s;
+        RETURN;
     END IF;
     FOREACH v_channel IN ARRAY v_round LOOP
         IF v_channel.max_attempts IS NOT NULL THEN

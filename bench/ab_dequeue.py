@@ -1,7 +1,7 @@
 """A/B of a hot-path change: the server CPU of one message_dequeue under two definitions.
 
 Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
-    .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--name NAME]
+    .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1] [--name NAME]
 
 A.sql and B.sql hold function definitions (CREATE OR REPLACE ...), typically two versions
 of sql/50_dequeue.sql. Each is applied on top of this checkout's installed lonnymq in a
@@ -9,7 +9,8 @@ database of its own (ab_a, ab_b, created afresh). Every round fills both queues 
 (MESSAGES ready messages over 100 channels, VACUUM ANALYZE), then dequeues them one per
 transaction, alternating between the two databases every 100 dequeues, and reads each
 backend's CPU time from /proc: drift on the machine (other work, frequency, caches) falls
-on both alike. Run it with the same file twice to see the noise (A/A): on the 2-core
+on both alike. With --batch N, each call dequeues N messages (max_messages), and the CPU
+is reported per message. Run it with the same file twice to see the noise (A/A): on the 2-core
 machine of bench/README.md, 12 rounds gave ratios of 0.96-1.09 and a median of 1.000.
 Writes bench/results/ab-NAME.json.
 """
@@ -60,7 +61,14 @@ def _prepare(database: str, definitions: Path) -> None:
     )
 
 
-def _fill(conn: psycopg.Connection[Any], messages: int) -> int:
+def _dequeue(conn: psycopg.Connection[Any], batch: int) -> int:
+    """One message_dequeue call of up to `batch` messages; how many it returned."""
+    return int(
+        scalar(conn, "SELECT count(*) FROM lonnymq.message_dequeue('ab', 3600000, %s)", (batch,))
+    )
+
+
+def _fill(conn: psycopg.Connection[Any], messages: int, batch: int) -> int:
     """An empty queue given `messages` ready messages over the channels; the backend pid."""
     conn.execute("TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive")
     conn.execute(
@@ -72,30 +80,28 @@ def _fill(conn: psycopg.Connection[Any], messages: int) -> int:
         conn.execute(f"VACUUM ANALYZE lonnymq.{table}")
     for _ in range(CHUNK // 2):  # plans made, caches warm
         conn.execute("SELECT id FROM lonnymq.message_dequeue('ab', 3600000)").fetchone()
+    if batch > 1:
+        _dequeue(conn, batch)
     return int(scalar(conn, "SELECT pg_backend_pid()"))
 
 
-def _round(messages: int) -> dict[str, float]:
-    """One round: µs of backend CPU per dequeue in each database."""
+def _round(messages: int, batch: int) -> dict[str, float]:
+    """One round: µs of backend CPU per dequeued message in each database."""
     conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in ("ab_a", "ab_b")}
     try:
-        pids = {db: _fill(conn, messages) for db, conn in conns.items()}
+        pids = {db: _fill(conn, messages, batch) for db, conn in conns.items()}
         spent = dict.fromkeys(conns, 0.0)
-        chunks = (messages - CHUNK) // CHUNK
+        chunks = (messages - 2 * CHUNK) // CHUNK
         for chunk in range(chunks):
             order = ("ab_a", "ab_b") if chunk % 2 == 0 else ("ab_b", "ab_a")
             for db in order:
                 before = cpu_s(pids[db])
-                for _ in range(CHUNK):
-                    row = (
-                        conns[db]
-                        .execute("SELECT id FROM lonnymq.message_dequeue('ab', 3600000)")
-                        .fetchone()
-                    )
-                    if row is None:
+                for _ in range(CHUNK // batch):
+                    if _dequeue(conns[db], batch) < batch:
                         raise RuntimeError(f"{db}: the queue ran dry before the other")
                 spent[db] += cpu_s(pids[db]) - before
-        return {db: spent[db] / (chunks * CHUNK) * 1e6 for db in conns}
+        per_chunk = CHUNK // batch * batch
+        return {db: spent[db] / (chunks * per_chunk) * 1e6 for db in conns}
     finally:
         for conn in conns.values():
             conn.close()
@@ -107,20 +113,23 @@ def main() -> None:
     parser.add_argument("b", type=Path, help="definitions for database ab_b")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--batch", type=int, default=1, help="max_messages per call, 1-100")
     parser.add_argument("--name", default="dequeue")
     args = parser.parse_args()
     if args.messages < 3 * CHUNK:
         parser.error(f"--messages must be at least {3 * CHUNK}")
+    if not 1 <= args.batch <= CHUNK:
+        parser.error(f"--batch must be between 1 and {CHUNK}")
     _prepare("ab_a", args.a)
     _prepare("ab_b", args.b)
     rounds = []
     for number in range(args.rounds):
-        result = _round(args.messages)
+        result = _round(args.messages, args.batch)
         result["ratio"] = result["ab_b"] / result["ab_a"]
         rounds.append(result)
         log(
             f"round {number + 1}: A {result['ab_a']:.0f} µs, B {result['ab_b']:.0f} µs "
-            f"per dequeue (B/A {result['ratio']:.3f})"
+            f"per message (B/A {result['ratio']:.3f})"
         )
     ratios = sorted(r["ratio"] for r in rounds)
     median = statistics.median(ratios)
@@ -136,6 +145,7 @@ def main() -> None:
                 "b": {"file": str(args.b), "md5": hashlib.md5(args.b.read_bytes()).hexdigest()},
                 "messages": args.messages,
                 "chunk": CHUNK,
+                "batch": args.batch,
                 "rounds": rounds,
                 "median_ratio": median,
             },

@@ -72,6 +72,29 @@ FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 1, NULL, '{}'
 SELECT head_ms <= lonnymq._now_ms() AS head_stays FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
 ROLLBACK;
 
+-- _serve_round, a round of several channels (a round of one stays in
+-- _dequeue_round's loop): every head claimed in one statement, every turn in
+-- another, in the round's order as given (c, a, b here, not the channels'
+-- id order). a's only due message drains it: its head is raised to a2, an
+-- hour away. b has nothing due: tried, no turn. Two head locks used.
+BEGIN;
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
+WHERE content IN ('a2', 'b1', 'b2') AND queue_id = (pg_temp.q()).id;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served,
+       pg_temp.names(r.tried) AS tried, r.raised
+FROM lonnymq._serve_round(pg_temp.q(),
+                          ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
+                                ORDER BY pg_catalog.array_position(ARRAY['c', 'a', 'b'], c.name)),
+                          lonnymq._now_ms(), 60000, 256) r;
+-- The turns are numbered in the round's order; a's key is its raised head.
+SELECT string_agg(name, ' ' ORDER BY turn_seq) AS turns_in_order
+FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name IN ('a', 'c');
+SELECT name, head_ms > lonnymq._now_ms() + 3000000 AS head_an_hour_away, ready_ms = head_ms AS ready_at_head
+FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name = 'a';
+SELECT convert_from(content, 'UTF8') AS content, num_attempts, locked_until_ms IS NOT NULL AS locked
+FROM lonnymq.message WHERE queue_id = (pg_temp.q()).id AND channel_id IS NOT NULL ORDER BY id;
+ROLLBACK;
+
 -- Channel-less messages: in order, up to p_want without a turn, or one with
 -- a turn recorded on the queue row.
 BEGIN;
