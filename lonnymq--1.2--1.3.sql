@@ -1812,6 +1812,8 @@ DECLARE
     v_raise boolean;
     v_head_ms bigint;  -- the raised head, read under the head lock
     v_seq bigint;
+    v_from integer;
+    v_slice record;
 BEGIN
     ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
     IF p_only IS NULL THEN
@@ -1836,9 +1838,18 @@ BEGIN
               LIMIT p_want
               FOR NO KEY UPDATE SKIP LOCKED) r;
     END IF;
+    -- Several channels: set-based, 100 at a time (the turns' statement reads
+    -- the slice's arrays once per row: a round of 10,000 channels in one
+    -- slice took 9 s, against 3.4 s one channel at a time).
     IF pg_catalog.cardinality(v_round) > 1 THEN
-        SELECT s.ids, s.served, s.tried, s.raised INTO ids, served, tried, raised
-        FROM lonnymq._serve_round(p_queue, v_round, p_now_ms, p_lock_ms, p_raises) s;
+        FOR v_from IN 1 .. pg_catalog.cardinality(v_round) BY 100 LOOP
+            v_slice := lonnymq._serve_round(p_queue, v_round[v_from : v_from + 99], p_now_ms, p_lock_ms,
+                                            p_raises - raised);
+            ids := ids || v_slice.ids;
+            served := served || v_slice.served;
+            tried := tried || v_slice.tried;
+            raised := raised + v_slice.raised;
+        END LOOP;
         RETURN;
     END IF;
     FOREACH v_channel IN ARRAY v_round LOOP

@@ -94,6 +94,23 @@ FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name = 'a';
 SELECT convert_from(content, 'UTF8') AS content, num_attempts, locked_until_ms IS NOT NULL AS locked
 FROM lonnymq.message WHERE queue_id = (pg_temp.q()).id AND channel_id IS NOT NULL ORDER BY id;
 ROLLBACK;
+-- A round of more than 100 channels is served 100 at a time, in order: a
+-- batch over 150 fresh channels takes one message of each in the round's order
+-- (their keys tie, so by id) and numbers their turns in that order, across
+-- the slices.
+BEGIN;
+SELECT count(*) AS created FROM lonnymq.message_create_batch('slices',
+    (SELECT array_agg('s' || i) FROM generate_series(1, 150) i),
+    (SELECT array_agg(convert_to('m' || i, 'UTF8')) FROM generate_series(1, 150) i));
+SELECT count(*) AS delivered, count(DISTINCT d.channel) AS channels,
+       array_agg(d.channel ORDER BY d.n) = (SELECT array_agg(c.name ORDER BY c.id) FROM lonnymq.channel c
+                                            JOIN lonnymq.queue q ON q.id = c.queue_id
+                                            WHERE q.name = 'slices') AS in_round_order
+FROM lonnymq.message_dequeue('slices', 60000, 150)
+     WITH ORDINALITY AS d(id, channel, content, state, num_attempts, dequeue_at, recovered, n);
+SELECT array_agg(c.name ORDER BY c.turn_seq) = array_agg(c.name ORDER BY c.id) AS turns_in_round_order
+FROM lonnymq.channel c JOIN lonnymq.queue q ON q.id = c.queue_id WHERE q.name = 'slices';
+ROLLBACK;
 
 -- Channel-less messages: in order, up to p_want without a turn, or one with
 -- a turn recorded on the queue row.
