@@ -1499,7 +1499,8 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 -- claims as many messages as it can in one or two statements:
 --   _dequeue_expired      redeliver messages whose lock expired
 --   _dequeue_round        a round of free channels: lock the fairest, claim
---                         one head each, record every turn
+--                         one head each, record every turn (a round of
+--                         several: _serve_round, a statement per step)
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
 --   _dequeue_held         messages of channels another dequeuer holds
 -- Each step is a few plain statements, each touching a handful of rows
