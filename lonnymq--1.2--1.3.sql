@@ -1769,7 +1769,7 @@ BEGIN
         RETURN;
     END IF;
     -- Every turn, each row by its key, its values at its place in the round
-    -- (array_position: a round has at most max_messages channels).
+    -- (array_position: a slice has at most 100 channels, see _dequeue_round).
     UPDATE lonnymq.channel c
     SET (locked_count, last_turn_ms, turn_seq, head_ms, ready_ms) = (
         SELECT t.locked_count, p_now_ms, t.seq, t.head_ms,

@@ -1,7 +1,8 @@
 """A/B of a hot-path change: the server CPU of one message_dequeue under two definitions.
 
 Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
-    .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1] [--name NAME]
+    .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1]
+                                         [--name NAME]
 
 A.sql and B.sql hold function definitions (CREATE OR REPLACE ...), typically two versions
 of sql/50_dequeue.sql. Each is applied on top of this checkout's installed lonnymq in a
