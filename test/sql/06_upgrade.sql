@@ -66,3 +66,6 @@ RESET check_function_bodies;
 -- From 1.2.
 \set from '1.2'
 \i test/upgrade_route.psql
+-- From 1.3.
+\set from '1.3'
+\i test/upgrade_route.psql
