@@ -101,6 +101,7 @@ DECLARE
     v_statuses text[];
     v_done bigint[];
     v_message lonnymq.message;
+    v_channels bigint[];    -- the channels of the batch's messages
     v_read_committed boolean;
 BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
@@ -122,20 +123,22 @@ BEGIN
         PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
     END IF;
 
-    PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
-    ORDER BY m.id FOR UPDATE;
+    -- The messages, locked in id order; their channels read from the locked rows.
+    SELECT coalesce(pg_catalog.array_agg(DISTINCT x.channel_id) FILTER (WHERE x.channel_id IS NOT NULL), '{}')
+    INTO v_channels
+    FROM (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
+          ORDER BY m.id FOR UPDATE) x;
     -- Then their channels, pinned (see _pin_channel) in id order. From here
     -- on no policy and no delivery of these messages can change under this
     -- call.
-    PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
+    PERFORM 1 FROM lonnymq.channel c WHERE c.id = ANY (v_channels)
     ORDER BY c.id FOR KEY SHARE;
     -- Those whose rows the settles will update (accounted ones), and outside
     -- READ COMMITTED every one: an older snapshot may show an old policy, and
     -- this lock refuses a stale row (40001, see _pin_channel).
     v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
+    WHERE c.id = ANY (v_channels)
       AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
     ORDER BY c.id FOR NO KEY UPDATE;
 

@@ -92,6 +92,19 @@ SELECT lonnymq.message_cancel(id) FROM lonnymq.messages WHERE queue = 'sweep';
 SELECT count(*) AS refreshed FROM lonnymq.message_dequeue('sweep', 60000);  -- notices busy is empty
 SELECT status FROM lonnymq.message_create('sweep', 'newcomer', 'hello');
 SELECT channel, ready FROM lonnymq.channel_stats WHERE queue = 'sweep' ORDER BY channel;
+-- A batch into an idle channel and a new one sweeps once, for the new one.
+-- The sweep removes the idle channel the batch has just pinned (its own lock
+-- does not stop it); the batch creates it again, and every message lands in
+-- a live channel.
+SELECT channel, lonnymq.message_complete(id, num_attempts) FROM lonnymq.message_dequeue('sweep', 60000);
+SELECT count(*) AS refreshed FROM lonnymq.message_dequeue('sweep', 60000);  -- notices newcomer is empty
+SELECT c.id AS newcomer_id FROM lonnymq.channel c WHERE c.name = 'newcomer' \gset
+SELECT status, count(*) FROM lonnymq.message_create_batch('sweep', ARRAY['newcomer', 'fresh', 'newcomer'],
+                                                          ARRAY['a', 'b', 'c']::bytea[]) GROUP BY status;
+SELECT c.name, c.id <> :newcomer_id AS created_again FROM lonnymq.channel c WHERE c.name = 'newcomer';
+SELECT channel, ready FROM lonnymq.channel_stats WHERE queue = 'sweep' ORDER BY channel;
+SELECT channel, convert_from(content, 'UTF8') AS content FROM lonnymq.message_dequeue('sweep', 60000, 10)
+ORDER BY content;
 RESET lonnymq.channel_idle_ms;
 
 -- Invalid arguments: 22023 and nothing changed.
