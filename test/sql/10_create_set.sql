@@ -160,4 +160,28 @@ SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('bigq', NULL, ARRAY(SEL
     dequeue_ats => ARRAY(SELECT CASE WHEN g = 50000 THEN 'infinity'::timestamptz END FROM generate_series(1, 50000) g))$$);
 SELECT pg_temp.state() = :'before' AS nothing_changed;
 
+-- The plain path (no keys, no capped channel): every element lands in its
+-- own channel (the set finds it in the list of the batch's channels, read
+-- once), a channel-less one in none, and ids follow input order. The names
+-- come in no order, repeated, with gaps.
+CREATE TEMP TABLE plain_in AS
+SELECT g AS ord, CASE WHEN g % 7 = 0 THEN NULL ELSE 'p' || (g * 37 % 23) END AS channel
+FROM generate_series(1, 200) g;
+CREATE TEMP TABLE plain_out AS
+SELECT * FROM lonnymq.message_create_batch('plainq', ARRAY(SELECT channel FROM plain_in ORDER BY ord),
+                                           ARRAY(SELECT convert_to(p.ord::text, 'UTF8') FROM plain_in p ORDER BY p.ord))
+     WITH ORDINALITY AS r(status, id, ord);
+SELECT count(*) AS elements, count(*) FILTER (WHERE o.status = 'created') AS created,
+       count(*) FILTER (WHERE c.name IS NOT DISTINCT FROM i.channel
+                          AND convert_from(m.content, 'UTF8') = i.ord::text) AS in_their_channel,
+       count(*) FILTER (WHERE m.channel_id IS NULL) AS channelless,
+       count(DISTINCT m.channel_id) AS channels
+FROM plain_in i JOIN plain_out o ON o.ord = i.ord
+JOIN lonnymq.message m ON m.id = o.id LEFT JOIN lonnymq.channel c ON c.id = m.channel_id;
+SELECT bool_and(x.id < x.next) AS ids_in_input_order
+FROM (SELECT o.id, lead(o.id) OVER (ORDER BY o.ord) AS next FROM plain_out o) x WHERE x.next IS NOT NULL;
+-- _pin_named, the batch's first step: the existing channels among the names,
+-- pinned, in name order.
+SELECT lonnymq._pin_named((SELECT id FROM lonnymq.queue WHERE name = 'plainq'), ARRAY['p5', 'nope', 'p1', NULL]) AS pinned;
+
 SELECT count(*) AS broken_invariants FROM lonnymq.verify();

@@ -419,7 +419,7 @@ class AsyncQueue:
         """``deleted`` or ``not_found``."""
         return str(await self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
 
-    # -- names of 1.0, deprecated: removed in 1.3 ------------------------------------------
+    # -- names of 1.0, deprecated since 1.2 (CHANGELOG 1.5: why they are still here) -------
 
     async def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
         """Deprecated name of ``channel_set``."""
@@ -464,8 +464,7 @@ class AsyncQueue:
 
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(
-        f"AsyncQueue.{old} is deprecated and will be removed in lonnymq 1.3: use {new}, "
-        "named like the SQL function it calls",
+        f"{old} is deprecated since lonnymq 1.2: use {new}, named like the SQL function it calls",
         DeprecationWarning,
         stacklevel=3,
     )
