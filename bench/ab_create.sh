@@ -4,10 +4,9 @@
 #   bench/cluster start && bench/ab_create.sh OLD_VERSION [ROUNDS] [SECONDS]
 # Database ab_create_a has CREATE EXTENSION lonnymq VERSION 'OLD_VERSION' (a
 # released script, installed by make install), ab_create_b the default
-# version; both get 100 channels whose heads are set (a backlog and one
-# dequeue, so no hints are written). Then ROUNDS (default 6) interleaved
-# pairs of SECONDS (default 5) of batches of 100 over random channels, one
-# pgbench client each. Prints every round and the medians, and writes
+# version; both get bench/create_backlog.sql. Then ROUNDS (default 6) interleaved
+# pairs of SECONDS (default 5) of bench/create_batch.sql, one pgbench client
+# each. Prints every round and the medians, and writes
 # bench/results/ab-create-OLD_VERSION.json.
 set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -24,23 +23,12 @@ for side in a b; do
     [ $side = a ] && version="VERSION '$old'"
     psql -XqA -d postgres -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS ab_create_$side" \
         -c "CREATE DATABASE ab_create_$side" >/dev/null
-    psql -XqA -d ab_create_$side -v ON_ERROR_STOP=1 >/dev/null <<SQL
-CREATE EXTENSION lonnymq $version;
-SELECT count(*) FROM lonnymq.message_create_batch('bench',
-    (SELECT array_agg('c' || (i % 100 + 1)) FROM generate_series(1, 10000) i),
-    (SELECT array_agg('x'::bytea) FROM generate_series(1, 10000)));
-SELECT count(*) FROM lonnymq.message_dequeue('bench', 600000, 200);
-VACUUM ANALYZE;
-SQL
+    psql -XqA -d ab_create_$side -v ON_ERROR_STOP=1 -c "CREATE EXTENSION lonnymq $version" \
+        -f "$BENCH_DIR/create_backlog.sql" >/dev/null
 done
-cat > "$work/batch.sql" <<'SQL'
-SELECT count(*) FROM lonnymq.message_create_batch('bench',
-    (SELECT array_agg('c' || (1 + (random() * 99)::int)) FROM generate_series(1, 100)),
-    array_fill('x'::bytea, ARRAY[100]));
-SQL
 for round in $(seq "$rounds"); do
     for side in a b; do
-        tps=$("$PGBIN/pgbench" -n -M prepared -T "$seconds" -c 1 -f "$work/batch.sql" ab_create_$side 2>/dev/null \
+        tps=$("$PGBIN/pgbench" -n -M prepared -T "$seconds" -c 1 -f "$BENCH_DIR/create_batch.sql" ab_create_$side 2>/dev/null \
               | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
         echo "$round $side $tps" | tee -a "$work/rounds"
     done

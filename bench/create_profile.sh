@@ -26,17 +26,9 @@ CREATE EXTENSION lonnymq;
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 \i $peers/pgmq.sql
 SELECT pgmq.create('bench');
-SELECT count(*) FROM lonnymq.message_create_batch('bench',
-    (SELECT array_agg('c' || (i % 100 + 1)) FROM generate_series(1, 10000) i),
-    (SELECT array_agg('x'::bytea) FROM generate_series(1, 10000)));
-SELECT count(*) FROM lonnymq.message_dequeue('bench', 600000, 200);
-VACUUM ANALYZE;
+\i $BENCH_DIR/create_backlog.sql
 SQL
-cat > "$work/lonnymq.sql" <<'SQL'
-SELECT count(*) FROM lonnymq.message_create_batch('bench',
-    (SELECT array_agg('c' || (1 + (random() * 99)::int)) FROM generate_series(1, 100)),
-    array_fill('x'::bytea, ARRAY[100]));
-SQL
+cp "$BENCH_DIR/create_batch.sql" "$work/lonnymq.sql"
 cat > "$work/pgmq.sql" <<'SQL'
 SELECT count(*) FROM pgmq.send_batch('bench', array_fill('{"x":1}'::jsonb, ARRAY[100]));
 SQL

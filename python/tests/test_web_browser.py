@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -49,8 +49,19 @@ def create(db: psycopg.Connection[Any], queue: str, channel: str | None, content
 
 def wait(browser: webdriver.Chrome, condition: Any, what: str) -> Any:
     # A page being replaced (a form submitted, an htmx refresh) leaves stale elements behind.
+    # Caught in the middle of the swap, chromium answers instead that the element "does not
+    # belong to the document" (a plain WebDriverException; it failed a CI run): look again.
+    # Any other error still fails the test at once.
+    def settled(b: webdriver.Chrome) -> Any:
+        try:
+            return condition(b)
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return False
+            raise
+
     waiting = WebDriverWait(browser, WAIT_S, ignored_exceptions=[StaleElementReferenceException])
-    return waiting.until(condition, message=what)
+    return waiting.until(settled, message=what)
 
 
 def test_every_page_loads(
