@@ -195,8 +195,12 @@ def pgbench(
     rate: float | None = None,
     progress: int | None = None,
     settings: str = "",
+    transactions: int | None = None,
 ) -> subprocess.Popen[str]:
-    """Starts pgbench on one script of bench/pgbench (prepared statements, no vacuum)."""
+    """Starts pgbench on one script of bench/pgbench (prepared statements, no vacuum).
+
+    It runs for `seconds`, or, given `transactions`, that many times per client.
+    """
     args = [
         str(PGBIN / "pgbench"),
         "-n",
@@ -212,8 +216,7 @@ def pgbench(
         str(clients),
         "-j",
         "1",
-        "-T",
-        str(int(seconds)),
+        *(["-t", str(transactions)] if transactions is not None else ["-T", str(int(seconds))]),
         "-f",
         str(BENCH_DIR / "pgbench" / script),
     ]

@@ -28,7 +28,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="throughput,latency,fairness,worker,burst",
-        help="comma list of: throughput, latency, fairness, worker, burst, held-snapshot, "
+        help="comma list of: throughput (it counts the statements too), statements (the "
+        "statements per message alone, ~15 s), latency, fairness, worker, burst, held-snapshot, "
         "held-snapshot-floor (the floor under the same test, for comparison)",
     )
     parser.add_argument(
@@ -71,6 +72,11 @@ def main() -> None:
     if "throughput" in parts:
         results["throughput"] = throughput.run(
             rounds, seconds, args.workloads.split(","), results["install"]["peers"]
+        )
+    if "statements" in parts or "throughput" in parts:
+        common.log("statements per message, one client")
+        results["statements"] = throughput.statement_counts(
+            args.workloads.split(","), results["install"]["peers"]
         )
     if "latency" in parts:
         common.log("workload 5: dequeue latency by shape")

@@ -58,6 +58,46 @@ def throughput(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def statements(results: dict[str, Any], path: Path) -> None:
+    """Statements per message by system and workload, split into create and consume."""
+    counts = results["statements"]
+    workloads = list(dict.fromkeys(c["workload"] for c in counts))
+    systems = [s for s in SYSTEM_STYLE if any(c["system"] == s for c in counts)]
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for j, system in enumerate(systems):
+        label, colour = SYSTEM_STYLE[system]
+        ran = [
+            (i, c)
+            for i, w in enumerate(workloads)
+            for c in counts
+            if c["workload"] == w and c["system"] == system
+        ]
+        xs = [i - 0.4 + (j + 0.5) * width for i, _ in ran]
+        create = [c["create_client_per_message"] + c["create_nested_per_message"] for _, c in ran]
+        consume = [c["per_message"] - made for made, (_, c) in zip(create, ran, strict=True)]
+        ax.bar(xs, create, width, label=label, color=colour)
+        ax.bar(xs, consume, width, bottom=create, color=colour, alpha=0.55)
+        for x, (_, c) in zip(xs, ran, strict=True):
+            ax.annotate(
+                f"{c['per_message']:.2f}" if c["per_message"] < 1 else f"{c['per_message']:.1f}",
+                (x, c["per_message"]),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    ax.set_xticks(range(len(workloads)))
+    ax.set_xticklabels(workloads, fontsize=8)
+    ax.set_ylabel("statements per message (nested included)")
+    ax.set_title(
+        "Statements per message, one client: create (solid) + dequeue and complete (light)"
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def latency(results: dict[str, Any], path: Path) -> None:
     shapes = results["latency"]["shapes"]
     keys = list(shapes)
@@ -252,6 +292,7 @@ def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]
     made = []
     for key, fn, name in (
         ("throughput", throughput, "throughput"),
+        ("statements", statements, "statements"),
         ("latency", latency, "latency"),
         ("fairness", fairness, "fairness"),
         ("worker", worker, "worker"),

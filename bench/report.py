@@ -15,6 +15,7 @@ NAMES = {
     "w1_lifecycle": "1 lifecycle, 100 channels",
     "w2_hot_channel": "2 one hot channel",
     "w3_channel_less": "3 channel-less",
+    "w4_batches": "4 batches of 100",
 }
 W1_PEER_TARGET = 1.0  # lonnymq / the fastest peer
 W2_FLOOR_TARGET = 0.8
@@ -239,6 +240,41 @@ def _w9_rows(w9: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# Issue 10: "about 10 statements per message lifecycle in the common case"
+# (workload 1); the other workloads' counts are shown for context.
+STATEMENTS_GOAL = 10.0
+
+
+def _statement_rows(counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for workload in dict.fromkeys(c["workload"] for c in counts):
+        of = {c["system"]: c for c in counts if c["workload"] == workload}
+        ours = of.get("lonnymq")
+        if ours is None:
+            continue
+        others = ", ".join(
+            f"{name} {c['per_message']:.2f}" for name, c in of.items() if name != "lonnymq"
+        )
+        measured = (
+            f"lonnymq {ours['per_message']:.2f}: create {ours['create_client_per_message']:.2f} "
+            f"+ {ours['create_nested_per_message']:.2f} nested, consume "
+            f"{ours['consume_client_per_message']:.2f} + "
+            f"{ours['consume_nested_per_message']:.2f} nested; {others}"
+        )
+        common = workload == "w1_lifecycle"
+        rows.append(
+            {
+                "workload": f"statements per message, {NAMES.get(workload, workload)} "
+                f"(one client, {ours['messages']} messages)",
+                "measured": measured,
+                "goal": f"about {STATEMENTS_GOAL:.0f}" if common else "(context)",
+                "met": ours["per_message"] <= STATEMENTS_GOAL if common else None,
+                "by": f"{ours['per_message'] / STATEMENTS_GOAL:.2f}x the goal" if common else "",
+            }
+        )
+    return rows
+
+
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     tp = results.get("throughput", {}).get("summary", {})
@@ -254,6 +290,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 rows += rows_of(entry, sync, peers)
     for sync in ("on", "off"):
         rows += _w4_rows(tp, sync)
+    rows += _statement_rows(results.get("statements", []))
     lat = results.get("latency", {}).get("shapes", {})
     goal_shapes = ("ready_1m", "future_1m", "saturated_10k", "expired_100k", "empty_100k")
     for key, entry in lat.items():

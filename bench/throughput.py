@@ -259,6 +259,81 @@ def _top_statements(conn: Any) -> list[dict[str, Any]]:
     ]
 
 
+# Messages each system creates and then consumes in a statement count.
+COUNTED_MESSAGES = 300
+
+
+def _statement_calls(conn: Any) -> tuple[int, int]:
+    """Statements run in this database since the last reset: (sent by clients, nested).
+
+    Transaction control and the reset itself are left out; PL/pgSQL expressions
+    that run no query (assignments, IF conditions) are not statements to
+    pg_stat_statements and are not counted.
+    """
+    row = conn.execute(
+        "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0), "
+        "       coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0) "
+        "FROM pg_stat_statements "
+        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "  AND query !~* '^\\s*(begin|commit|end|rollback|start)\\M' "
+        "  AND query !~ 'pg_stat_statements_reset'"
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def count_statements(system: str, workload: str) -> dict[str, Any]:
+    """Statements per message of a whole lifecycle, the common case: one client
+    creates COUNTED_MESSAGES messages, then consumes them (dequeue, complete),
+    nothing else running, every statement tracked, nested ones included."""
+    spec = WORKLOADS[workload]
+    target = BY_NAME[system]
+    create, consume = _scripts(target, spec["batch"])
+    defines = {
+        "nchannels": spec["channels"],
+        "payload": PAYLOAD,
+        "json_payload": PGMQ_PAYLOAD,
+        "batch": spec["batch"],
+    }
+    settings = f"{target.settings} -c pg_stat_statements.track=all".strip()
+    transactions = max(1, COUNTED_MESSAGES // spec["batch"])
+    messages = transactions * spec["batch"]
+    result: dict[str, Any] = {"system": system, "workload": workload, "messages": messages}
+    with connect() as conn:
+        seed(conn, system, spec["channels"])
+        # A few consumes first: the seed is one batch create, which leaves a
+        # hint per channel for the first dequeues to absorb (3 statements per
+        # channel), once, not per message.
+        warm_up = max(1, 100 // spec["batch"])
+        pgbench_result(
+            pgbench(consume, 1, 0, defines, "on", settings=target.settings, transactions=warm_up)
+        )
+        before = _live(conn, target)
+        for side, script in (("create", create), ("consume", consume)):
+            conn.execute("SELECT pg_stat_statements_reset()")
+            pgbench_result(
+                pgbench(script, 1, 0, defines, "on", settings=settings, transactions=transactions)
+            )
+            client, nested = _statement_calls(conn)
+            result[f"{side}_client_per_message"] = client / messages
+            result[f"{side}_nested_per_message"] = nested / messages
+        after = _live(conn, target)
+    if after != before:  # every message created was consumed, none of the seed more
+        raise RuntimeError(f"{system} {workload}: {before} live messages before, {after} after")
+    result["per_message"] = sum(v for k, v in result.items() if k.endswith("_per_message"))
+    return result
+
+
+def statement_counts(workloads: list[str], peers: list[str]) -> list[dict[str, Any]]:
+    """count_statements for every system of every workload (lonnymq's waiting
+    variant runs lonnymq's statements plus a NOTIFY: left out)."""
+    return [
+        count_statements(system, workload)
+        for workload in workloads
+        for system in systems_for(workload, peers)
+        if system != WAITED
+    ]
+
+
 def run(rounds: int, seconds: float, workloads: list[str], peers: list[str]) -> dict[str, Any]:
     """`peers`: the peer queues prepare_database() loaded (the others are skipped)."""
     runs: list[dict[str, Any]] = []
