@@ -20,6 +20,13 @@ SYSTEM_STYLE = {
 }
 
 
+def _save(fig: Any, path: Path) -> None:
+    """Writes a finished figure and frees it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def throughput(results: dict[str, Any], path: Path) -> None:
     summary = results["throughput"]["summary"]
     keys = list(summary)
@@ -53,9 +60,7 @@ def throughput(results: dict[str, Any], path: Path) -> None:
         "(ratio to the floor above bars)"
     )
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def statements(results: dict[str, Any], path: Path) -> None:
@@ -93,9 +98,7 @@ def statements(results: dict[str, Any], path: Path) -> None:
         "Statements per message, one client: create (solid) + dequeue and complete (light)"
     )
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def latency(results: dict[str, Any], path: Path) -> None:
@@ -150,9 +153,7 @@ def latency(results: dict[str, Any], path: Path) -> None:
         "Workload 5: single dequeue latency by shape (worst ratio vs the 1k reference; goal <= 2x)"
     )
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def fairness(results: dict[str, Any], path: Path) -> None:
@@ -172,9 +173,7 @@ def fairness(results: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("deliveries from the big channel")
     ax.set_title(f"Workload 6: share {f['big_share']:.2%} (goal 1%), Jain {f['jain_index']:.3f}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot") -> None:
@@ -205,9 +204,7 @@ def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot
         f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, "
         "snapshot held in the shaded interval"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 WORKER_STYLE = {
@@ -252,9 +249,7 @@ def worker(results: dict[str, Any], path: Path) -> None:
         f"Workload 8: the Python Worker, {workers} workers ({w8['processes']} processes x "
         f"{w8['slots']} slots), backlog held at {w8['backlog']}, no-op handler"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def burst(results: dict[str, Any], path: Path) -> None:
@@ -283,9 +278,7 @@ def burst(results: dict[str, Any], path: Path) -> None:
     fig.suptitle(
         f"Workload 9: a burst of {w9['messages']} drained one by one; a queue that keeps up"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]:
