@@ -3,107 +3,14 @@
 -- part changes tables and drops what 1.1 no longer has; the function, view
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.1'" to load this file. \quit
-
--- A schema that another role than the extension's owner owns lets that role
--- rename it and plant look-alikes that the SECURITY DEFINER functions call
--- (1.0 installed into such a schema, and a superuser's pg_restore without
--- --role leaves one): refuse to go on until it is the owner's again.
-DO $guard$
-DECLARE
-    v_owner oid;
-    v_extension_owner oid;
-BEGIN
-    SELECT n.nspowner INTO v_owner FROM pg_catalog.pg_namespace n
-    WHERE n.nspname OPERATOR(pg_catalog.=) 'lonnymq';
-    SELECT e.extowner INTO v_extension_owner FROM pg_catalog.pg_extension e
-    WHERE e.extname OPERATOR(pg_catalog.=) 'lonnymq';
-    IF v_owner OPERATOR(pg_catalog.<>) v_extension_owner THEN
-        RAISE EXCEPTION 'lonnymq: schema lonnymq is owned by role %, not by %, who owns the extension',
-            pg_catalog.pg_get_userbyid(v_owner), pg_catalog.pg_get_userbyid(v_extension_owner)
-            USING ERRCODE = '42501',
-                  HINT = 'Check the schema for objects you did not create, then make it the extension owner''s '
-                         '(ALTER SCHEMA lonnymq OWNER TO ...) and update again.';
-    END IF;
-END
-$guard$;
-
--- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
--- claim helper is gone.
-DROP FUNCTION lonnymq._claim(bigint, bigint);
-
--- One word per concept: "channel-less" for messages without a channel (not
--- "nochannel" or "free": a free channel is one nobody holds), and _notify's
--- first argument is the LISTEN channel, not a queue channel.
-ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
-ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
--- PostgreSQL 18 catalogs NOT NULL as constraints named TABLE_COLUMN_not_null,
--- and a column rename keeps the old name: give them a fresh install's names
--- (before 18 there are no such constraints and this does nothing).
-DO $$
-DECLARE
-    col text;
-BEGIN
-    FOREACH col IN ARRAY ARRAY['turn_ms', 'turn_seq'] LOOP
-        IF EXISTS (SELECT FROM pg_catalog.pg_constraint
-                   WHERE conrelid = 'lonnymq.queue'::regclass
-                     AND conname = 'queue_nochannel_' || col || '_not_null') THEN
-            EXECUTE format('ALTER TABLE lonnymq.queue RENAME CONSTRAINT %I TO %I',
-                           'queue_nochannel_' || col || '_not_null',
-                           'queue_channelless_' || col || '_not_null');
-        END IF;
-    END LOOP;
-END
-$$;
-ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
-DROP FUNCTION lonnymq._notify(text, text, text);
-
--- Channels are coordinated through their rows, which no outside role can
--- lock, instead of advisory locks any role can take (see _pin_channel).
-DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
-DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
-DROP FUNCTION lonnymq._lock_class();
-
--- Dedup keys are scoped to their channel (the queue's channel-less messages
--- share one scope): one tenant's key no longer answers another tenant's create.
-DROP INDEX lonnymq.message_dedup_idx;
-CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
-    WHERE dedup_key IS NOT NULL;
-DROP FUNCTION lonnymq._live_duplicate(integer, text);
-
--- Idempotency keys are scoped to the queue and the channels of the batch.
--- Keys recorded by 1.0 keep an empty digest, which message_create_batch
--- still treats as queue-wide, so a retry across the upgrade is not repeated.
-ALTER TABLE lonnymq.batch ADD COLUMN channels_digest bytea NOT NULL DEFAULT '';
-ALTER TABLE lonnymq.batch ALTER COLUMN channels_digest DROP DEFAULT;
-ALTER TABLE lonnymq.batch DROP CONSTRAINT batch_pkey;
-ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_digest);
-
--- release_interval_ms is bounded (1000 years) so that no turn time plus it
--- can overflow; a larger one already set would fail every dequeue of its queue.
-UPDATE lonnymq.channel SET release_interval_ms = 31557600000000 WHERE release_interval_ms > 31557600000000;
-
--- Operator controls (85_operate.sql): paused queues and channels. A paused
--- channel leaves the ready index and is never swept.
-ALTER TABLE lonnymq.queue ADD COLUMN paused boolean NOT NULL DEFAULT false;
-ALTER TABLE lonnymq.channel ADD COLUMN paused boolean NOT NULL DEFAULT false;
-DROP INDEX lonnymq.channel_ready_idx;
-CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
-    WHERE ready_ms IS NOT NULL AND NOT paused;
-DROP INDEX lonnymq.channel_idle_idx;
-CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
-    WHERE NOT explicit AND head_ms IS NULL AND locked_count = 0 AND NOT paused;
--- archive_prune takes an optional queue, channel and outcome filter: a new
--- signature (an overload would make archive_prune('7 days') ambiguous).
--- Its GRANTs, if any were given, must be given again.
-DROP FUNCTION lonnymq.archive_prune(interval);
 -- ===========================================================================
 -- Advisory lock keys of channels. Defined before the tables: the channel
 -- table keeps its key in a generated column (see 10_tables.sql).
 -- ===========================================================================
 
--- The advisory-lock key of a channel, for its head lock (see
--- _channel_raise_head). Channels are otherwise coordinated through their rows
--- (see _pin_channel), which no outside role can lock.
+-- The advisory-lock key of a channel. Producers hold it shared until commit;
+-- whoever deletes a channel or changes its capacity takes it exclusively, so
+-- no uncommitted message can be stranded by either.
 CREATE OR REPLACE FUNCTION lonnymq._channel_lock_key(p_queue_id integer, p_channel text) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -113,75 +20,37 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_lock_key(integer, text) IS 'Advisory lock key of a channel.';
 
--- The advisory lock class of channel head locks: "the head of this channel
--- may rise". Everyone only ever tries it, so nobody waits on it: a role
--- outside lonnymq that takes one (any role may take advisory locks) can only
--- make producers write hints and heads rise later, never block anyone.
--- Producers that skip a hint hold it shared until commit; a dequeuer that
--- raises a head holds it exclusively (see _channel_raise_head).
-CREATE OR REPLACE FUNCTION lonnymq._head_lock_class() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- The first advisory-lock key word: every lonnymq lock lives in this class.
+CREATE OR REPLACE FUNCTION lonnymq._lock_class() RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 1819176552  -- the bytes of 'lonh'
+BEGIN
+    RETURN 1819176557;  -- the bytes of 'lonm'
+END
 $$;
-COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';
-
--- Advisory lock classes of the wake-up handshake (see _notify_waiters), keyed
--- by hashtext(queue name). "waiting": consumers about to sleep on a queue hold it shared
--- until they wake. "producing": producers that decided not to notify hold it
--- shared until commit; a consumer starting to wait takes it exclusively for
--- a moment, to let them commit first. Producers only ever try both.
-CREATE OR REPLACE FUNCTION lonnymq._waiting_lock_class() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT 1819242103  -- the bytes of 'lonw'
-$$;
-COMMENT ON FUNCTION lonnymq._waiting_lock_class() IS 'Advisory lock class of consumers waiting on a queue.';
-
-CREATE OR REPLACE FUNCTION lonnymq._producing_lock_class() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT 1819242096  -- the bytes of 'lonp'
-$$;
-COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';
-
--- How many head locks one call may hold: each is an entry in PostgreSQL's
--- shared lock table (max_locks_per_transaction x max_connections entries for
--- the whole server), which a call over thousands of channels could exhaust
--- for everyone. Past it a producer writes its hint and a dequeue leaves a head
--- early, which are always safe.
-CREATE OR REPLACE FUNCTION lonnymq._head_lock_budget() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT 256
-$$;
-COMMENT ON FUNCTION lonnymq._head_lock_budget() IS 'Most head locks one call holds.';
+COMMENT ON FUNCTION lonnymq._lock_class() IS 'Advisory lock class of lonnymq.';
 -- ===========================================================================
 -- Internal helpers (underscore names). Not part of the API; not granted.
---
--- Helpers set no search_path of their own: they run only inside lonnymq's
--- API functions, whose pinned search_path (pg_catalog, pg_temp) then also
--- resolves theirs, and no role but the owner may execute them (99_privileges;
--- test/pgtap/03_security.sql checks both). A SET clause would cost a GUC save
--- and restore on every call (about 10 us, several calls per message) and stop
--- the planner from inlining the one-expression SQL helpers of the hot path
--- (_now_ms, _ready_ms, _accounted, _read_committed, _dequeue_at, ...) into the
--- statements that use them. The validators granted to PUBLIC do pin it.
 -- ===========================================================================
 
--- The database clock in integer milliseconds (README, "Concepts": dequeue_at). clock_timestamp, not
+-- The database clock in integer milliseconds (SPEC 3.1). clock_timestamp, not
 -- now(): a dequeue inside a long transaction must see the real time.
+-- Helpers are PL/pgSQL, not SQL: a pinned search_path stops SQL functions
+-- from being inlined, and called from PL/pgSQL they would be planned anew on
+-- every call, while PL/pgSQL caches its plans for the session.
 CREATE OR REPLACE FUNCTION lonnymq._now_ms() RETURNS bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint
+BEGIN
+    RETURN pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+END
 $$;
 COMMENT ON FUNCTION lonnymq._now_ms() IS 'Database clock in milliseconds since the epoch.';
 
 -- Milliseconds of a caller-supplied timestamp; infinities are rejected because
 -- they cannot be scheduled and would poison the integer ordering.
 CREATE OR REPLACE FUNCTION lonnymq._ms_of(p_at timestamptz, p_argument text) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT pg_catalog.isfinite(p_at) THEN
@@ -196,7 +65,7 @@ COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a fini
 -- Rejects a computed dequeue time (dequeue_at plus delay_ms) beyond the year
 -- 100000: later times would overflow the interval arithmetic of the views.
 CREATE OR REPLACE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_dequeue_ms > 3093527980800000 THEN
@@ -208,7 +77,7 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_dequeue_ms(bigint) IS 'A dequeue time the views can show, 22023 otherwise.';
 
--- Raises the SQLSTATE 22023 error that every invalid argument gets (README, "Statuses and errors").
+-- Raises the SQLSTATE 22023 error that every invalid argument gets (SPEC 3.11).
 CREATE OR REPLACE FUNCTION lonnymq._invalid(p_message text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -217,42 +86,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (22023).';
-
--- Array arguments of the batch functions: one-dimensional with lower bound 1
--- (or empty, or NULL: the caller decides whether NULL is allowed). They are
--- read as a[1..n] and unnested side by side, so '[0:1]={a,b}' or a
--- two-dimensional array would silently pair the wrong elements.
-CREATE OR REPLACE FUNCTION lonnymq._check_array(p_array anyarray, p_argument text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1 THEN
-        PERFORM lonnymq._invalid(pg_catalog.format(
-            '%s must be a one-dimensional array starting at index 1, got dimensions %s',
-            p_argument, pg_catalog.array_dims(p_array)));
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._check_array(anyarray, text) IS 'Validates the shape of a batch array argument.';
-
--- An age (archive_prune's older_than, the maintenance job's retention):
--- finite, and each part (months, days, time) 0 or more. With mixed signs a
--- small-looking interval ('100000 years -36000000 days') would still leave the
--- range of timestamps when now() minus it is computed part by part.
-CREATE OR REPLACE FUNCTION lonnymq._check_age(p_age interval, p_argument text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_age IS NULL OR NOT pg_catalog.isfinite(p_age)
-       OR EXTRACT(YEAR FROM p_age) < 0 OR EXTRACT(MONTH FROM p_age) < 0 OR EXTRACT(DAY FROM p_age) < 0
-       OR EXTRACT(HOUR FROM p_age) < 0 OR EXTRACT(MINUTE FROM p_age) < 0
-       OR EXTRACT(MICROSECONDS FROM p_age) < 0 THEN
-        PERFORM lonnymq._invalid(pg_catalog.format('%s must be a finite interval with no negative part',
-                                                   p_argument));
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._check_age(interval, text) IS 'Validates an age interval: finite, no negative part.';
 
 -- Queue and channel names: non-empty, bounded, printable enough for logs.
 CREATE OR REPLACE FUNCTION lonnymq._check_name(p_name text, p_argument text, p_nullable boolean) RETURNS void
@@ -279,65 +112,39 @@ CREATE OR REPLACE FUNCTION lonnymq._ready_ms(
     p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
     p_locked_count integer, p_max_concurrency integer, p_turn_seq bigint
 ) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN p_head_ms IS NULL THEN NULL
-                WHEN p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN NULL
-                WHEN p_turn_seq = 0 THEN greatest(p_head_ms, p_last_turn_ms)
-                ELSE greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms) END
+BEGIN
+    IF p_head_ms IS NULL THEN
+        RETURN NULL;
+    ELSIF p_max_concurrency IS NOT NULL AND p_locked_count >= p_max_concurrency THEN
+        RETURN NULL;
+    ELSIF p_turn_seq = 0 THEN
+        RETURN greatest(p_head_ms, p_last_turn_ms);
+    END IF;
+    RETURN greatest(p_head_ms, p_last_turn_ms + p_release_interval_ms);
+END
 $$;
 COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, bigint)
     IS 'Scheduling key of a channel: when it may next be served, NULL if it cannot.';
 
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
 -- delivered once by PostgreSQL, which is what coalesces batches.
-CREATE OR REPLACE FUNCTION lonnymq._notify(p_listen_channel text, p_queue text, p_event text) RETURNS void
-LANGUAGE plpgsql VOLATILE
+CREATE OR REPLACE FUNCTION lonnymq._notify(p_channel text, p_queue text, p_event text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF coalesce(pg_catalog.current_setting('lonnymq.notify', true), '') NOT IN ('off', 'false', '0') THEN
-        PERFORM pg_catalog.pg_notify(p_listen_channel,
+        PERFORM pg_catalog.pg_notify(p_channel,
             pg_catalog.json_build_object('queue', p_queue, 'event', p_event)::text);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable event unless lonnymq.notify is off.';
 
--- Wakes consumers of a queue about new or newly ready work: a 'lonnymq' NOTIFY,
--- but only while a consumer waits (wait_begin), because a notifying commit
--- takes a database-wide lock through its WAL flush and notifying producers
--- serialize on it. The handshake, with no write and no wait on this side:
--- hold the queue's producing lock shared until commit (tried), then see
--- whether a consumer holds the waiting lock (tried exclusively and released).
--- A consumer about to sleep takes the waiting lock, then the producing lock
--- exclusively for a moment (waiting for producers that decided not to notify
--- to commit), and only then looks for work: a message committed without a
--- NOTIFY is one it sees. Either try failing means "maybe someone waits":
--- notify. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
--- waits for the commit, not for a snapshot). lonnymq.notify = off: never.
-CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_key integer := pg_catalog.hashtext(p_queue);  -- (by name: a waiter may come before the queue)
-BEGIN
-    -- (CASE: the tries must run in this order, and the unlock only after a
-    -- successful try.)
-    IF (CASE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._producing_lock_class(), v_key)
-             THEN true
-             WHEN pg_catalog.pg_try_advisory_lock(lonnymq._waiting_lock_class(), v_key)
-             THEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_key)
-             ELSE true END) THEN
-        PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._notify_waiters(text, text)
-    IS 'NOTIFY lonnymq about a queue only while a consumer waits on it (wait_begin).';
-
 -- Looks a queue up by name; with p_create, creates it on first use.
 CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id integer;
@@ -357,7 +164,7 @@ COMMENT ON FUNCTION lonnymq._queue_id(text, boolean) IS 'Queue id by name, optio
 
 -- Milliseconds an implicit channel must stay empty before the sweep removes it.
 CREATE OR REPLACE FUNCTION lonnymq._channel_idle_ms() RETURNS bigint
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_setting text := pg_catalog.current_setting('lonnymq.channel_idle_ms', true);
@@ -377,7 +184,7 @@ COMMENT ON FUNCTION lonnymq._channel_idle_ms() IS 'Idle time before an empty imp
 -- Recomputes a channel's head and scheduling key from the message index.
 -- The caller holds the channel row lock.
 CREATE OR REPLACE FUNCTION lonnymq._channel_refresh(p_channel_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_queue_id integer;
@@ -398,73 +205,15 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_refresh(bigint) IS 'Recomputes head_ms and ready_ms of a locked channel.';
 
--- Raises a channel's head to the earliest unlocked message, which dequeue
--- does once a channel has no due message left. A producer writes a hint only
--- when its message is earlier than the head it read, so a head raised past an
--- uncommitted message would strand it: a head may rise only while no such
--- producer is in flight. They hold the channel's head lock shared until they
--- commit; this takes it exclusively, with a try, until this transaction ends
--- (producers arriving meanwhile fail their try and write a hint: nobody
--- waits). When it is busy the head stays early, which is safe, and a later
--- dequeue tries again. Only at READ COMMITTED, where the refresh reads with a
--- snapshot taken after the lock. The caller holds the channel row.
-CREATE OR REPLACE FUNCTION lonnymq._channel_raise_head(p_channel_id bigint, p_lock_key integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF NOT lonnymq._read_committed()
-       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key) THEN
-        RETURN false;
-    END IF;
-    PERFORM lonnymq._channel_refresh(p_channel_id);
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_raise_head(bigint, integer)
-    IS 'Raises a drained channel head when no producer is in flight; whether it did.';
-
--- Folds a busy channel's due hints into one, its earliest: the head only
--- ever needs the earliest. Run by a dequeuer that cannot have the channel
--- row, so that a channel held for long (its producers write a hint per
--- message meanwhile) never leaves more than a few hints in front of other
--- channels' new work. The earliest goes back in the same transaction.
-CREATE OR REPLACE FUNCTION lonnymq._collapse_hints(p_queue_id integer, p_channel_id bigint, p_now_ms bigint)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    -- The common case, one due hint: nothing to fold (one probe).
-    IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.channel_hint h
-                                         WHERE h.channel_id = p_channel_id AND h.dequeue_ms <= p_now_ms
-                                         LIMIT 2) x) < 2 THEN
-        RETURN;
-    END IF;
-    -- By ctid, skipping hints someone else is deleting: a DELETE by channel
-    -- would wait for them.
-    WITH spent AS (
-        DELETE FROM lonnymq.channel_hint h
-        WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
-                                  WHERE d.channel_id = p_channel_id AND d.dequeue_ms <= p_now_ms
-                                  FOR UPDATE SKIP LOCKED))
-        RETURNING h.dequeue_ms)
-    INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-    SELECT p_queue_id, p_channel_id, pg_catalog.min(spent.dequeue_ms) FROM spent
-    HAVING pg_catalog.min(spent.dequeue_ms) IS NOT NULL;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._collapse_hints(integer, bigint, bigint)
-    IS 'Folds the due hints of a busy channel into its earliest one, without waiting.';
-
--- Folds due producer hints into channel heads, for up to p_limit channels,
--- taking channels in the order of their earliest due hint. Channels held by
--- another transaction (a dequeuer or settler about to commit, which folds
--- them in itself next time) are passed over, their hints folded into one
--- (_collapse_hints): this never waits, so dequeue never waits, and nothing
--- one tenant does leaves more than one hint of a held channel in front of
--- another tenant's ready work. Returns those busy channels: their messages
--- are ready even if no committed head says so yet, and dequeue may share them.
+-- Folds due producer hints into channel heads, for up to p_limit channels.
+-- Channels held by another transaction (a dequeuer or settler about to
+-- commit, which folds them in itself next time) are passed over, with their
+-- hints: this never waits, so dequeue never waits. Returns those busy
+-- channels: their messages are ready even if no committed head says so yet,
+-- and dequeue may share them. How many hints it reads past busy channels is
+-- bounded by what was produced while they were held (at most 10000).
 CREATE OR REPLACE FUNCTION lonnymq._absorb_hints(p_queue_id integer, p_now_ms bigint, p_limit integer) RETURNS bigint[]
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel_id bigint;
@@ -473,63 +222,47 @@ DECLARE
     v_seen bigint[] := '{}';
     v_busy bigint[] := '{}';
     v_refreshed integer := 0;
-    v_read integer;
 BEGIN
-    -- Due hints in windows of 100, earliest first; a window that ends before
-    -- p_limit channels were refreshed is followed by the next, past the
-    -- channels seen. Every channel seen keeps at most one due hint (or those
-    -- another dequeuer is folding), so the next window does not read a held
-    -- channel's backlog again. Usually one window is all there is.
-    <<windows>>
+    FOR v_channel_id IN
+        SELECT h.channel_id FROM lonnymq.channel_hint h
+        WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms
+        ORDER BY h.dequeue_ms
+        LIMIT 10000
     LOOP
-        v_read := 0;
-        FOR v_channel_id IN
-            SELECT h.channel_id FROM lonnymq.channel_hint h
-            WHERE h.queue_id = p_queue_id AND h.dequeue_ms <= p_now_ms AND h.channel_id <> ALL (v_seen)
-            ORDER BY h.dequeue_ms
-            LIMIT 100
-        LOOP
-            v_read := v_read + 1;
-            CONTINUE WHEN v_channel_id = ANY (v_seen);
-            v_seen := v_seen || v_channel_id;
-            SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
-            WHERE c.id = v_channel_id
-            FOR NO KEY UPDATE SKIP LOCKED;
-            IF FOUND THEN
-                -- The head only has to be a lower bound of the earliest unlocked
-                -- message: the earliest deleted hint is one for the new messages.
-                -- In a backlog it is rarely earlier than the head: then the
-                -- channel row is not touched at all.
-                -- By ctid, skipping hints a dequeuer folding them holds
-                -- (it puts their earliest back): a DELETE by channel would wait.
-                WITH spent AS (
-                    DELETE FROM lonnymq.channel_hint h
-                    WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
-                                              WHERE d.channel_id = v_channel_id AND d.dequeue_ms <= p_now_ms
-                                              FOR UPDATE SKIP LOCKED))
-                    RETURNING h.dequeue_ms)
-                SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
-                IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
-                    UPDATE lonnymq.channel c
-                    SET head_ms = least(c.head_ms, v_hint_ms),
-                        ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
-                                                     c.release_interval_ms, c.locked_count, c.max_concurrency,
-                                                     c.turn_seq)
-                    WHERE c.id = v_channel_id;
-                END IF;
-                v_refreshed := v_refreshed + 1;
-                EXIT windows WHEN v_refreshed >= p_limit;
-            ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
-                v_busy := v_busy || v_channel_id;
-                PERFORM lonnymq._collapse_hints(p_queue_id, v_channel_id, p_now_ms);
-            ELSE
-                -- The channel was deleted: its leftover hints mean nothing.
+        CONTINUE WHEN v_channel_id = ANY (v_seen);
+        v_seen := v_seen || v_channel_id;
+        -- Lock order: the channel's advisory lock (shared), then its row.
+        SELECT c.head_ms INTO v_head_ms FROM lonnymq.channel c
+        WHERE c.id = v_channel_id
+          AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                          c.lock_key)
+        FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            -- The head only has to be a lower bound of the earliest unlocked
+            -- message: the earliest deleted hint is one for the new messages.
+            -- In a backlog it is rarely earlier than the head: then the
+            -- channel row is not touched at all.
+            WITH spent AS (
                 DELETE FROM lonnymq.channel_hint h
-                WHERE h.ctid = ANY (ARRAY(SELECT d.ctid FROM lonnymq.channel_hint d
-                                          WHERE d.channel_id = v_channel_id FOR UPDATE SKIP LOCKED));
+                WHERE h.channel_id = v_channel_id AND h.dequeue_ms <= p_now_ms
+                RETURNING h.dequeue_ms)
+            SELECT pg_catalog.min(spent.dequeue_ms) INTO v_hint_ms FROM spent;
+            IF v_head_ms IS NULL OR v_hint_ms < v_head_ms THEN
+                UPDATE lonnymq.channel c
+                SET head_ms = least(c.head_ms, v_hint_ms),
+                    ready_ms = lonnymq._ready_ms(least(c.head_ms, v_hint_ms), c.last_turn_ms,
+                                                 c.release_interval_ms, c.locked_count, c.max_concurrency,
+                                                 c.turn_seq)
+                WHERE c.id = v_channel_id;
             END IF;
-        END LOOP;
-        EXIT windows WHEN v_read < 100;
+            v_refreshed := v_refreshed + 1;
+            EXIT WHEN v_refreshed >= p_limit;
+        ELSIF EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel_id) THEN
+            v_busy := v_busy || v_channel_id;
+        ELSE
+            -- The channel was deleted: its leftover hints mean nothing.
+            DELETE FROM lonnymq.channel_hint h WHERE h.channel_id = v_channel_id;
+        END IF;
     END LOOP;
     RETURN v_busy;
 END
@@ -539,7 +272,7 @@ COMMENT ON FUNCTION lonnymq._absorb_hints(integer, bigint, integer)
 
 -- Copies a message into the archive with its outcome.
 CREATE OR REPLACE FUNCTION lonnymq._archive(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     INSERT INTO lonnymq.message_archive
@@ -560,98 +293,65 @@ COMMENT ON FUNCTION lonnymq._archive(lonnymq.message, text, text) IS 'Archives a
 -- parallel and settles never touch its row.
 CREATE OR REPLACE FUNCTION lonnymq._accounted(p_max_concurrency integer, p_release_interval_ms bigint, p_max_size bigint)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL
+BEGIN
+    RETURN p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0 OR p_max_size IS NOT NULL;
+END
 $$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
--- Whether this transaction reads with a snapshot per statement (READ
--- COMMITTED). Only then does a statement run after a lock see every change
--- committed before it, which the channel locks rely on. At REPEATABLE READ and
--- SERIALIZABLE the snapshot is the transaction's first one.
-CREATE OR REPLACE FUNCTION lonnymq._read_committed() RETURNS boolean
-LANGUAGE sql STABLE
+-- Takes a channel's advisory lock in shared mode until commit: waiting (for
+-- producers and settlers) or trying (for dequeue, which never waits). Held by
+-- everyone who changes a channel's messages; channel_set, channel_delete and
+-- the sweep take it exclusively, so a policy change or a deletion never
+-- interleaves with a half-done create, claim or settle.
+CREATE OR REPLACE FUNCTION lonnymq._channel_share(p_queue_id integer, p_channel text, p_wait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pg_catalog.current_setting('transaction_isolation') = 'read committed'
+BEGIN
+    IF p_wait THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(),
+            lonnymq._channel_lock_key(p_queue_id, p_channel));
+        RETURN true;
+    END IF;
+    RETURN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(p_queue_id, p_channel));
+END
 $$;
-COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
+COMMENT ON FUNCTION lonnymq._channel_share(integer, text, boolean) IS 'Shared advisory lock of a channel.';
 
--- Pins a channel until commit and returns it as it is now: its row locked
--- FOR KEY SHARE, which every producer and settler of the channel takes
--- (waiting) and which only channel_set, channel_delete and the sweep conflict
--- with (FOR UPDATE, DELETE). So no policy change or deletion interleaves with
--- a half-done create or settle, while dequeuers (FOR NO KEY UPDATE) and other
--- pinners go on. Row locks need UPDATE on lonnymq.channel, which only the
--- extension's functions have: no outside role can take this lock (an advisory
--- lock, which any role may take, could be held to freeze a channel).
--- At READ COMMITTED the row returned is the latest version (PostgreSQL
--- re-reads a row it had to wait for). At REPEATABLE READ and SERIALIZABLE the
--- snapshot's version may be stale (deleted by a sweep, changed by channel_set
--- or a dequeue turn) and acting on it could strand a message or miscount a
--- slot: there the lock is FOR NO KEY UPDATE, which refuses a row changed since
--- the snapshot with a serialization failure (40001): retry the transaction.
--- NULL when the channel does not exist (any more).
-CREATE OR REPLACE FUNCTION lonnymq._pin_channel(p_channel_id bigint) RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE
+-- The channel of a message being settled, read under the channel's shared
+-- advisory lock (taken here, held until commit), so its policy cannot change
+-- before the settle commits. The caller holds the message row lock.
+CREATE OR REPLACE FUNCTION lonnymq._channel_of_settle(p_message lonnymq.message) RETURNS lonnymq.channel
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
-    IF lonnymq._read_committed() THEN
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel_id FOR KEY SHARE;
-    ELSE
-        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel_id FOR NO KEY UPDATE;
-    END IF;
+    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
+    PERFORM lonnymq._channel_share(p_message.queue_id, v_channel.name, true);
+    -- Read again under the lock: a policy change that committed meanwhile shows.
+    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_message.channel_id;
     RETURN v_channel;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._pin_channel(bigint)
-    IS 'Locks a channel against policy changes and deletion until commit; returns it as it is now.';
-
--- Whether a producer may leave out the hint behind a channel's head (see
--- _channel_raise_head): only at READ COMMITTED, and only with the channel's
--- head lock held shared until commit, tried (a head being raised right now
--- means: write the hint).
-CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS boolean
-LANGUAGE sql VOLATILE
-AS $$
-    SELECT CASE WHEN lonnymq._read_committed()
-                THEN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key)
-                ELSE false END
-$$;
-COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
-
--- Refuses a call that counts a channel's messages exactly (channel_set,
--- channel_delete) outside READ COMMITTED: an older snapshot misses messages
--- committed since, which no lock can bring back.
-CREATE OR REPLACE FUNCTION lonnymq._require_read_committed(p_function text) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF NOT lonnymq._read_committed() THEN
-        RAISE EXCEPTION 'lonnymq: % needs READ COMMITTED, not %', p_function,
-            pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
-            USING ERRCODE = '0A000',
-                  HINT = 'It counts the channel''s messages exactly, which an older snapshot cannot.';
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
+COMMENT ON FUNCTION lonnymq._channel_of_settle(lonnymq.message) IS 'Channel of a settle, under its shared lock.';
 
 -- Removes a locked message and, for an accounted channel, gives its slot
 -- back (complete, fail, dead-letter). The caller holds the message row lock;
--- this pins the channel and, if accounted, locks its row for the update:
+-- this takes the channel's shared advisory lock and, if accounted, its row:
 -- always message first, then channel.
 CREATE OR REPLACE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel lonnymq.channel;
     v_accounted boolean := false;
 BEGIN
     IF p_message.channel_id IS NOT NULL THEN
-        v_channel := lonnymq._pin_channel(p_message.channel_id);
+        v_channel := lonnymq._channel_of_settle(p_message);
         v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
                                           v_channel.max_size);
         IF v_accounted THEN
@@ -673,7 +373,7 @@ BEGIN
         -- work is ready now, and idle workers should hear of it.
         IF v_channel.head_ms IS NOT NULL AND v_channel.max_concurrency IS NOT NULL
            AND v_channel.locked_count >= v_channel.max_concurrency THEN
-            PERFORM lonnymq._notify_waiters(q.name, 'released')
+            PERFORM lonnymq._notify('lonnymq', q.name, 'released')
             FROM lonnymq.queue q WHERE q.id = p_message.queue_id;
         END IF;
     END IF;
@@ -686,42 +386,43 @@ COMMENT ON FUNCTION lonnymq._settle_locked(lonnymq.message, text, text)
 -- ===========================================================================
 
 -- Resolves (creating on first use) the channel a producer writes into, and
--- pins it until commit (see _pin_channel): producers never wait for each
--- other or for dequeuers; only channel_set (capacity changes),
--- channel_delete and the sweep exclude them.
+-- takes the channel's advisory lock in shared mode until commit. Shared
+-- holders never wait for each other; only channel_set (capacity changes),
+-- channel_delete and the sweep take it exclusively.
 CREATE OR REPLACE FUNCTION lonnymq._channel_for_create(p_queue_id integer, p_channel text, p_sweep boolean)
 RETURNS lonnymq.channel
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
-    -- Creation pays for removal: idle channels cannot pile up. Swept before
-    -- the insert, so the new (still empty) channel is not a candidate. A
-    -- batch sweeps once before taking any of its channels (p_sweep false): a
-    -- later sweep could remove one it took but has not written to yet.
-    IF p_sweep AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                               WHERE c.queue_id = p_queue_id AND c.name = p_channel) THEN
-        PERFORM lonnymq.channel_sweep(2);
-    END IF;
-    LOOP
-        -- (A channel deleted while the pin waited comes back NULL.)
-        v_channel := lonnymq._pin_channel(
-            (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = p_queue_id AND c.name = p_channel));
-        EXIT WHEN v_channel.id IS NOT NULL;
-        -- A row this transaction inserts is its own until commit. One that a
-        -- concurrent creator committed first is pinned on the next pass.
+    PERFORM lonnymq._channel_share(p_queue_id, p_channel, true);
+    -- Read after the lock: a fresh snapshot sees any sweep that just committed.
+    SELECT c.* INTO v_channel FROM lonnymq.channel c
+    WHERE c.queue_id = p_queue_id AND c.name = p_channel;
+    IF v_channel.id IS NULL THEN
+        -- Creation pays for removal: idle channels cannot pile up. Swept
+        -- before the insert, so the new (still empty) channel is not a
+        -- candidate. A batch sweeps once before taking any of its channels
+        -- (p_sweep false): a later sweep could remove one it took but has not
+        -- written to yet.
+        IF p_sweep THEN
+            PERFORM lonnymq.channel_sweep(2);
+        END IF;
         INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
         VALUES (p_queue_id, p_channel, lonnymq._now_ms())
         ON CONFLICT (queue_id, name) DO NOTHING
         RETURNING * INTO v_channel;
-        EXIT WHEN v_channel.id IS NOT NULL;
-    END LOOP;
+        IF v_channel.id IS NULL THEN
+            SELECT c.* INTO v_channel FROM lonnymq.channel c
+            WHERE c.queue_id = p_queue_id AND c.name = p_channel;
+        END IF;
+    END IF;
     RETURN v_channel;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_for_create(integer, text, boolean)
-    IS 'Channel of a producer, created on first use, pinned until commit.';
+    IS 'Channel of a producer, created on first use, with its shared advisory lock.';
 
 -- Sets a channel's policy, creating the channel if needed. An explicit
 -- channel is never swept; channel_delete removes it.
@@ -746,10 +447,8 @@ BEGIN
     IF channel_set.max_concurrency IS NOT NULL AND channel_set.max_concurrency < 1 THEN
         PERFORM lonnymq._invalid('max_concurrency must be at least 1 or NULL');
     END IF;
-    -- Bounded like lock_ms: a turn time plus the interval must stay a bigint.
-    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0
-       OR channel_set.release_interval_ms > 31557600000000 THEN
-        PERFORM lonnymq._invalid('release_interval_ms must be between 0 and 1000 years');
+    IF channel_set.release_interval_ms IS NULL OR channel_set.release_interval_ms < 0 THEN
+        PERFORM lonnymq._invalid('release_interval_ms must be 0 or more');
     END IF;
     IF channel_set.max_size IS NOT NULL AND channel_set.max_size < 0 THEN
         PERFORM lonnymq._invalid('max_size must be 0 or more, or NULL');
@@ -761,19 +460,20 @@ BEGIN
         PERFORM lonnymq._invalid('retain_completed must not be NULL');
     END IF;
 
-    PERFORM lonnymq._require_read_committed('channel_set');
     v_queue_id := lonnymq._queue_id(channel_set.queue, true);
+    -- Exclusive: waits for producers in flight, so a capacity count taken
+    -- below includes every message that will ever commit before it.
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(v_queue_id, channel_set.channel));
     INSERT INTO lonnymq.channel (queue_id, name, last_turn_ms)
     VALUES (v_queue_id, channel_set.channel, lonnymq._now_ms())
     ON CONFLICT (queue_id, name) DO NOTHING;
-    -- FOR UPDATE waits for every producer and settler in flight (they pin the
-    -- row) and for a dequeuer holding it, and keeps new ones out until commit.
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
 
-    -- No producer, dequeuer or settler of this channel is in flight now, so
-    -- counts taken here are exact.
+    -- No producer, dequeuer or settler of this channel is in flight now (they
+    -- hold the advisory lock shared), so counts taken here are exact.
     IF lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size)
        AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
         -- Accounting starts: count the messages already in flight.
@@ -823,12 +523,12 @@ DECLARE
 BEGIN
     PERFORM lonnymq._check_name(channel_delete.queue, 'queue', false);
     PERFORM lonnymq._check_name(channel_delete.channel, 'channel', false);
-    PERFORM lonnymq._require_read_committed('channel_delete');
     v_queue_id := lonnymq._queue_id(channel_delete.queue, false);
     IF v_queue_id IS NULL THEN
         RETURN 'not_found';
     END IF;
-    -- Waits for the channel's producers and settlers in flight (see _pin_channel).
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq._lock_class(),
+        lonnymq._channel_lock_key(v_queue_id, channel_delete.channel));
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = v_queue_id AND c.name = channel_delete.channel
     FOR UPDATE;
@@ -864,22 +564,19 @@ BEGIN
     IF channel_sweep.max_channels IS NULL OR channel_sweep.max_channels < 0 THEN
         PERFORM lonnymq._invalid('max_channels must be 0 or more');
     END IF;
-    -- An older snapshot could miss a message committed since and remove its
-    -- channel: outside READ COMMITTED the sweep stands aside (later ones run).
-    IF NOT lonnymq._read_committed() THEN
-        RETURN 0;
-    END IF;
     v_idle_before_ms := lonnymq._now_ms() - lonnymq._channel_idle_ms();
     FOR v_candidate IN
         SELECT c.id, c.queue_id, c.name
         FROM lonnymq.channel c
-        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0 AND NOT c.paused
+        WHERE NOT c.explicit AND c.head_ms IS NULL AND c.locked_count = 0
           AND c.last_turn_ms <= v_idle_before_ms
         ORDER BY c.last_turn_ms
         LIMIT channel_sweep.max_channels
-        -- (a channel pinned by a producer in flight is skipped: left be)
         FOR UPDATE SKIP LOCKED
     LOOP
+        -- A producer in flight holds the shared lock: leave that channel be.
+        CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq._lock_class(),
+            lonnymq._channel_lock_key(v_candidate.queue_id, v_candidate.name));
         -- Committed messages whose hint is not due yet keep it alive; with the
         -- row lock held, record its head now so it stops being a candidate.
         IF EXISTS (SELECT 1 FROM lonnymq.message m
@@ -888,7 +585,7 @@ BEGIN
             PERFORM lonnymq._channel_refresh(v_candidate.id);
             CONTINUE;
         END IF;
-        -- An unaccounted channel does not count its messages in flight: look.
+        -- A shared channel does not count its messages in flight: look.
         CONTINUE WHEN EXISTS (SELECT 1 FROM lonnymq.message m
                               WHERE m.channel_id = v_candidate.id AND m.locked_until_ms IS NOT NULL);
         DELETE FROM lonnymq.channel c WHERE c.id = v_candidate.id;
@@ -906,9 +603,11 @@ COMMENT ON FUNCTION lonnymq.channel_sweep(integer) IS 'Removes idle empty implic
 -- further than any two real timestamps, so priority 1 sorts ahead of every
 -- ordinary message and FIFO order holds within a level.
 CREATE OR REPLACE FUNCTION lonnymq._priority_step_ms() RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 281474976710656
+BEGIN
+    RETURN 281474976710656;
+END
 $$;
 COMMENT ON FUNCTION lonnymq._priority_step_ms() IS 'Distance between priority levels in dequeue_ms.';
 
@@ -934,33 +633,29 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_create(bytea, bigint, integer, text) IS 'Validates message arguments.';
 
--- The id of the live message with this dedup key in the channel (NULL: the
--- queue's channel-less messages), if any. Keys are scoped like message_dedup_idx.
-CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_channel_id bigint, p_dedup_key text)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
+-- The id of the live message with this dedup key in the queue, if any.
+CREATE OR REPLACE FUNCTION lonnymq._live_duplicate(p_queue_id integer, p_dedup_key text) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_dedup_key IS NULL THEN
         RETURN NULL;
     END IF;
-    RETURN (SELECT m.id FROM lonnymq.message m
-            WHERE m.queue_id = p_queue_id AND coalesce(m.channel_id, 0) = coalesce(p_channel_id, 0)
-              AND m.dedup_key = p_dedup_key);
+    RETURN (SELECT m.id FROM lonnymq.message m WHERE m.queue_id = p_queue_id AND m.dedup_key = p_dedup_key);
 END
 $$;
-COMMENT ON FUNCTION lonnymq._live_duplicate(integer, bigint, text) IS 'Live message holding a dedup key in a channel.';
+COMMENT ON FUNCTION lonnymq._live_duplicate(integer, text) IS 'Live message holding a dedup key.';
 
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
--- Locks taken: the channel pinned (_pin_channel) and, for channels with a
--- max_size, their admission row; never the channel row for update.
+-- Locks taken: the channel's advisory lock (shared) and, for channels with a
+-- max_size, their admission row; never the channel row itself.
 CREATE OR REPLACE FUNCTION lonnymq._create_one(
     p_queue_id integer, p_queue text, p_channel text, p_content bytea, p_dequeue_ms bigint,
     p_priority integer, p_dedup_key text, p_state bytea, p_num_attempts bigint, p_event text,
     p_sweep boolean, OUT status text, OUT id bigint
 )
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_channel lonnymq.channel;
@@ -981,7 +676,7 @@ BEGIN
             SELECT c.removed_count INTO v_removed FROM lonnymq.channel c WHERE c.id = v_channel.id;
             IF v_admitted - v_removed >= v_channel.max_size THEN
                 -- Full, but a live duplicate is still reported as such.
-                id := lonnymq._live_duplicate(p_queue_id, v_channel.id, p_dedup_key);
+                id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
                 status := CASE WHEN id IS NULL THEN 'dropped' ELSE 'deduplicated' END;
                 RETURN;
             END IF;
@@ -992,10 +687,10 @@ BEGIN
         INSERT INTO lonnymq.message AS m
             (queue_id, channel_id, content, state, num_attempts, dequeue_ms, priority, dedup_key)
         VALUES (p_queue_id, v_channel.id, p_content, p_state, p_num_attempts, v_dequeue_ms, p_priority, p_dedup_key)
-        ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING m.id INTO id;
         EXIT WHEN id IS NOT NULL;
-        id := lonnymq._live_duplicate(p_queue_id, v_channel.id, p_dedup_key);
+        id := lonnymq._live_duplicate(p_queue_id, p_dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;
@@ -1011,7 +706,7 @@ BEGIN
         INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
         VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
     END IF;
-    PERFORM lonnymq._notify_waiters(p_queue, p_event);
+    PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
     status := 'created';
 END
 $$;
@@ -1022,8 +717,8 @@ COMMENT ON FUNCTION lonnymq._create_one(integer, text, text, bytea, bigint, inte
 -- Ready at coalesce(dequeue_at, now) + delay_ms; priority > 0 means "run now,
 -- ahead of the channel's ordinary messages".
 -- The common case (the queue and channel exist, no capacity, no duplicate)
--- is two statements: look the channel up and pin it, insert the message and
--- (rarely) its hint. Everything else goes through _create_one.
+-- is three statements: look the channel up, take its shared advisory lock,
+-- insert the message and its hint. Everything else goes through _create_one.
 CREATE OR REPLACE FUNCTION lonnymq.message_create(
     queue text,
     channel text,
@@ -1043,10 +738,7 @@ DECLARE
     v_dequeue_ms bigint;
     v_queue_id integer;
     v_channel_id bigint;
-    v_head_ms bigint;
-    v_max_size bigint;
     v_lock_key integer;
-    v_head_held boolean;
 BEGIN
     -- One expression decides that the arguments are valid; only when they are
     -- not do the validators run, to raise the precise error (22023).
@@ -1073,53 +765,41 @@ BEGIN
                      lonnymq._now_ms()) + message_create.delay_ms);
     END IF;
 
-    -- The queue and the channel, pinned (see _pin_channel; in the same
-    -- statement, as a plain row lock, at READ COMMITTED): the row comes back
-    -- as it is now, and neither its capacity nor its existence can change
-    -- until this commits. A channel deleted or capped meanwhile goes the long
-    -- way below.
-    SELECT q.id, c.id, c.head_ms, c.max_size, c.lock_key
-    INTO v_queue_id, v_channel_id, v_head_ms, v_max_size, v_lock_key
+    SELECT q.id, c.id, c.lock_key INTO v_queue_id, v_channel_id, v_lock_key
     FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.head_ms, c.max_size, c.lock_key FROM lonnymq.channel c
-                       WHERE c.queue_id = q.id AND c.name = message_create.channel
-                       LIMIT 1 FOR KEY SHARE) c ON true
+    LEFT JOIN lonnymq.channel c ON c.queue_id = q.id AND c.name = message_create.channel
     WHERE q.name = message_create.queue;
     IF v_channel_id IS NOT NULL THEN
-        v_head_held := lonnymq._hold_head_lock(v_lock_key);
-        IF NOT v_head_held THEN
-            -- (Outside READ COMMITTED the pin must also refuse a stale row.)
-            SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
-            FROM lonnymq._pin_channel(v_channel_id) c;
-        END IF;
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
-        WITH created AS (
-            -- (A capped channel inserts nothing here: it only learns whether
-            -- a live duplicate answers, before the admission count.)
+        -- A fresh snapshot, taken after the lock: a channel that a sweep or
+        -- channel_delete removed meanwhile is not found, and neither is one
+        -- that channel_set capped; both go the long way below.
+        WITH target AS (
+            SELECT c.id FROM lonnymq.channel c WHERE c.id = v_channel_id AND c.max_size IS NULL
+            UNION ALL
+            SELECT NULL WHERE v_channel_id IS NULL
+        ), created AS (
             INSERT INTO lonnymq.message AS m
                 (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
-            SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
+            SELECT v_queue_id, t.id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
-            WHERE v_max_size IS NULL
-            ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+            FROM target t
+            ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
         ), hinted AS (
-            -- A hint only when the message is earlier than the channel's
-            -- head, a lower bound that cannot rise while this producer holds
-            -- the head lock (see _channel_raise_head): in a backlog, none.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k
-            WHERE k.channel_id IS NOT NULL AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
+            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k WHERE k.channel_id IS NOT NULL
         )
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
-            PERFORM lonnymq._notify_waiters(message_create.queue, 'created');
+            PERFORM lonnymq._notify('lonnymq', message_create.queue, 'created');
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
-        id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
+        id := lonnymq._live_duplicate(v_queue_id, message_create.dedup_key);
         IF id IS NOT NULL THEN
             status := 'deduplicated';
             RETURN;
@@ -1137,9 +817,8 @@ COMMENT ON FUNCTION lonnymq.message_create(text, text, bytea, timestamptz, bigin
     IS 'Creates a message: (created|deduplicated|dropped, id).';
 
 -- Creates many messages in input order, each under every per-message rule.
--- With an idempotency_key already used in this queue by a batch into the same
--- channels, creates nothing and answers duplicate_batch with the ids the
--- first call created. Batches
+-- With an idempotency_key already used in this queue, creates nothing and
+-- answers duplicate_batch with the ids the first call created. Batches
 -- without dedup keys and without capped channels take a set-based path (one
 -- INSERT, one hint per channel); the others go message by message.
 CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
@@ -1163,19 +842,15 @@ DECLARE
     v_names text[];
     v_name text;
     v_bad timestamptz;
-    v_pinned text[] := '{}';       -- existing channels pinned in one statement
-    v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
-    v_digest bytea;                -- scope of the idempotency key
     i integer;
 BEGIN
     PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
     IF message_create_batch.contents IS NULL THEN
         PERFORM lonnymq._invalid('contents must not be NULL');
     END IF;
-    PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
-    PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
-    PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
-    PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
+    IF pg_catalog.array_ndims(message_create_batch.contents) > 1 THEN
+        PERFORM lonnymq._invalid('contents must be a one-dimensional array');
+    END IF;
     IF v_count > 100000 THEN
         PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
     END IF;
@@ -1221,20 +896,12 @@ BEGIN
 
     v_queue_id := lonnymq._queue_id(message_create_batch.queue, true);
     IF message_create_batch.idempotency_key IS NOT NULL THEN
-        -- The key's scope: this queue and this set of channels (see lonnymq.batch).
-        v_digest := pg_catalog.sha256(pg_catalog.convert_to(v_names::text, 'UTF8'));
-        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key, channels_digest)
-        SELECT v_queue_id, message_create_batch.idempotency_key, v_digest
-        WHERE NOT EXISTS (SELECT 1 FROM lonnymq.batch l  -- a key recorded by 1.0: queue-wide
-                          WHERE l.queue_id = v_queue_id AND l.idempotency_key = message_create_batch.idempotency_key
-                            AND l.channels_digest = ''::bytea)
-        ON CONFLICT (queue_id, idempotency_key, channels_digest) DO NOTHING;
+        INSERT INTO lonnymq.batch AS b (queue_id, idempotency_key)
+        VALUES (v_queue_id, message_create_batch.idempotency_key)
+        ON CONFLICT (queue_id, idempotency_key) DO NOTHING;
         IF NOT FOUND THEN
             SELECT b.message_ids INTO v_previous FROM lonnymq.batch b
-            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
-              AND b.channels_digest IN (v_digest, ''::bytea)
-            ORDER BY b.channels_digest DESC
-            LIMIT 1;
+            WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
             RETURN QUERY SELECT 'duplicate_batch'::text, v_previous[g]
                          FROM pg_catalog.generate_series(1, v_count) AS g;
             RETURN;
@@ -1247,29 +914,11 @@ BEGIN
                    SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
-    -- Take every channel first: the existing ones pinned in one statement
-    -- (at READ COMMITTED; elsewhere _channel_for_create also checks each is
-    -- current), then the new ones created one by one, in name order: two
-    -- batches that create the same new channels cannot wait on each other in
-    -- a cycle.
-    IF lonnymq._read_committed() THEN
-        SELECT coalesce(pg_catalog.array_agg(x.name), '{}') INTO v_pinned
-        FROM (SELECT c.name FROM lonnymq.channel c
-              WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
-              ORDER BY c.name
-              FOR KEY SHARE) x;
-    END IF;
-    FOR v_name IN SELECT n FROM pg_catalog.unnest(v_names) n EXCEPT SELECT p FROM pg_catalog.unnest(v_pinned) p
-                  ORDER BY 1 LOOP
+    -- Take every channel (creating new ones) in name order first: two batches
+    -- that create the same new channels then cannot wait on each other in a cycle.
+    FOREACH v_name IN ARRAY v_names LOOP
         PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
     END LOOP;
-    -- Head locks (see _hold_head_lock), tried in one statement, at most the budget.
-    SELECT coalesce(pg_catalog.array_agg(x.id), '{}') INTO v_head_held
-    FROM (SELECT c.id, c.lock_key FROM lonnymq.channel c
-          WHERE c.queue_id = v_queue_id AND c.name = ANY (v_names)
-          ORDER BY c.name
-          LIMIT lonnymq._head_lock_budget()) x
-    WHERE lonnymq._hold_head_lock(x.lock_key);
     v_now_ms := lonnymq._now_ms();
 
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(message_create_batch.dedup_keys) k WHERE k IS NOT NULL) THEN
@@ -1290,25 +939,20 @@ BEGIN
                 ORDER BY u.ord
                 RETURNING m.id, m.channel_id, m.dequeue_ms
             ), hinted AS (
-                -- One hint per channel, at its earliest new message, covers
-                -- them all; none where that is not earlier than a held head.
+                -- One hint per channel, at its earliest new message, covers them all.
                 INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-                SELECT v_queue_id, k.channel_id, k.first_ms
-                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
-                      FROM created k WHERE k.channel_id IS NOT NULL
-                      GROUP BY k.channel_id) k
-                JOIN lonnymq.channel c ON c.id = k.channel_id
-                WHERE k.channel_id <> ALL (v_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+                SELECT v_queue_id, k.channel_id, pg_catalog.min(k.dequeue_ms)
+                FROM created k WHERE k.channel_id IS NOT NULL
+                GROUP BY k.channel_id
             )
             SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO v_ids FROM created k;
             RETURN QUERY SELECT 'created'::text, u.id FROM pg_catalog.unnest(v_ids) AS u(id);
             IF v_count > 0 THEN
-                PERFORM lonnymq._notify_waiters(message_create_batch.queue, 'created');
+                PERFORM lonnymq._notify('lonnymq', message_create_batch.queue, 'created');
             END IF;
             IF message_create_batch.idempotency_key IS NOT NULL THEN
                 UPDATE lonnymq.batch b SET message_ids = v_ids
-                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
-                  AND b.channels_digest = v_digest;
+                WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
             END IF;
             RETURN;
         END IF;
@@ -1337,463 +981,37 @@ BEGIN
 
     IF message_create_batch.idempotency_key IS NOT NULL THEN
         UPDATE lonnymq.batch b SET message_ids = v_ids
-        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key
-          AND b.channels_digest = v_digest;
+        WHERE b.queue_id = v_queue_id AND b.idempotency_key = message_create_batch.idempotency_key;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestamptz[], text[], text)
     IS 'Creates messages in input order; an idempotency_key makes a repeat create nothing.';
 -- ===========================================================================
--- Dequeue: expired locks first, then the fairest ready channels.
--- Never waits for a lock (every probe is SKIP LOCKED or a try), so it cannot
--- deadlock and a busy row only ever sends it to the next candidate.
---
--- message_dequeue is a short loop over named, set-based steps, each of which
--- serves as many messages as it can in one or two statements:
---   _dequeue_expired      redeliver messages whose lock expired
---   _dequeue_round        a round of free channels: lock the fairest, claim
---                         one head each, record every turn
---   _dequeue_channelless  the queue's channel-less messages, one more "channel"
---   _dequeue_held         messages of channels another dequeuer holds
--- Each step is a few plain statements, each touching a handful of rows
--- through an index: large multi-CTE statements cost more to start than to run
--- at these sizes, and their generic plans read whole tables.
--- Every step returns the delivery rows; _dequeue_round and _dequeue_held
--- also return a row with a NULL id for each channel they took but could not
--- serve, which the caller passes over for the rest of the call.
+-- Dequeue: expired locks first, then the fairest ready channel.
+-- Never waits for a lock (every probe is SKIP LOCKED), so it cannot deadlock
+-- and a busy row only ever sends it to the next candidate.
 -- ===========================================================================
 
--- The dequeue_at a delivery reports: priority messages show their creation
--- time (their dequeue_ms is offset by priority steps, see 40_create.sql).
-CREATE OR REPLACE FUNCTION lonnymq._dequeue_at(p_dequeue_ms bigint, p_priority integer) RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$
-    SELECT 'epoch'::timestamptz + (p_dequeue_ms + p_priority::bigint * 281474976710656) * '1 millisecond'::interval
-$$;
-COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at shown for a message.';
-
--- Moves an unlocked message that is out of attempts to the archive as dead
--- (a deferred message whose next delivery would exceed max_attempts). The
--- caller holds the message row lock and the channel row (locked or pinned);
--- p_holds_channel says whether it also holds the channel row, which a
--- capacity count needs.
-CREATE OR REPLACE FUNCTION lonnymq._dead_letter_deferred(p_message lonnymq.message, p_max_attempts integer,
-                                                         p_holds_channel boolean, p_queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM lonnymq._archive(p_message, 'dead',
-        pg_catalog.format('deferred after attempt %s of %s', p_message.num_attempts, p_max_attempts));
-    DELETE FROM lonnymq.message m WHERE m.id = p_message.id;
-    IF p_holds_channel THEN
-        UPDATE lonnymq.channel c SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
-        WHERE c.id = p_message.channel_id;
-    END IF;
-    PERFORM lonnymq._notify('lonnymq_dead', p_queue, 'dead');
-END
-$$;
-COMMENT ON FUNCTION lonnymq._dead_letter_deferred(lonnymq.message, integer, boolean, text)
-    IS 'Archives an unlocked message that is out of attempts as dead.';
-
--- Dead-letters the due heads of a channel that are out of attempts, until
--- its first due head can be delivered. A dead-letter takes no turn, so the
--- channel keeps its place: exactly what single dequeues in a row would do.
-CREATE OR REPLACE FUNCTION lonnymq._dead_letter_heads(p_channel lonnymq.channel, p_now_ms bigint,
-                                                      p_holds_channel boolean, p_queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE
+-- Delivers a message the caller has locked: the next attempt, locked until
+-- p_locked_until_ms. Returns the updated row.
+CREATE OR REPLACE FUNCTION lonnymq._claim(p_id bigint, p_locked_until_ms bigint) RETURNS lonnymq.message
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_head lonnymq.message;
-BEGIN
-    LOOP
-        SELECT m.* INTO v_head FROM lonnymq.message m
-        WHERE m.queue_id = p_channel.queue_id AND m.channel_id = p_channel.id AND m.locked_until_ms IS NULL
-          AND m.dequeue_ms <= p_now_ms
-        ORDER BY m.dequeue_ms, m.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED;
-        EXIT WHEN v_head.id IS NULL OR v_head.num_attempts < p_channel.max_attempts;
-        PERFORM lonnymq._dead_letter_deferred(v_head, p_channel.max_attempts, p_holds_channel, p_queue);
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._dead_letter_heads(lonnymq.channel, bigint, boolean, text)
-    IS 'Dead-letters due heads out of attempts until one can be delivered.';
-
--- A message whose lock expired on its last allowed attempt goes to the archive
--- as dead instead of being redelivered. Needs the channel's locks, without
--- waiting: returns false (nothing done) when they are busy.
-CREATE OR REPLACE FUNCTION lonnymq._dead_letter_expired(p_message lonnymq.message, p_channel lonnymq.channel,
-                                                        p_queue text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    -- The channel pinned, without waiting (see _pin_channel), or for update
-    -- where the settle will update or re-check it: counted channels, and
-    -- every channel outside READ COMMITTED.
-    IF lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms, p_channel.max_size)
-       OR NOT lonnymq._read_committed() THEN
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel.id FOR NO KEY UPDATE SKIP LOCKED;
-    ELSE
-        PERFORM 1 FROM lonnymq.channel c WHERE c.id = p_channel.id FOR KEY SHARE SKIP LOCKED;
-    END IF;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM lonnymq._settle_locked(p_message, 'dead',
-        pg_catalog.format('lock expired after attempt %s of %s', p_message.num_attempts, p_channel.max_attempts));
-    PERFORM lonnymq._notify('lonnymq_dead', p_queue, 'dead');
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._dead_letter_expired(lonnymq.message, lonnymq.channel, text)
-    IS 'Archives an expired delivery that is out of attempts, if its channel can be had without waiting.';
-
--- Step 1. Redelivers up to p_want messages whose lock expired, earliest
--- expiry first. Their channel slots stayed counted, so limits are unaffected.
--- One statement when none has expired.
-CREATE OR REPLACE FUNCTION lonnymq._dequeue_expired(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
-                                                    p_want integer)
-RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql VOLATILE
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_want integer := p_want;
-    v_expired bigint[];
-    v_skipped bigint[] := '{}';  -- out of attempts, but their channel was busy
-    v_served integer;
-    v_dying record;
-BEGIN
-    WHILE v_want > 0 LOOP
-        SELECT coalesce(pg_catalog.array_agg(x.id ORDER BY x.locked_until_ms, x.id), '{}') INTO v_expired
-        FROM (SELECT m.id, m.locked_until_ms FROM lonnymq.message m
-              WHERE m.queue_id = p_queue.id AND m.locked_until_ms IS NOT NULL
-                AND m.locked_until_ms <= p_now_ms AND m.id <> ALL (v_skipped)
-              ORDER BY m.locked_until_ms, m.id
-              LIMIT v_want
-              FOR UPDATE SKIP LOCKED) x;
-        EXIT WHEN pg_catalog.cardinality(v_expired) = 0;
-        RETURN QUERY
-        WITH claimed AS (
-            UPDATE lonnymq.message m
-            SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-            WHERE m.id = ANY (v_expired)
-              AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
-                              WHERE c.id = m.channel_id AND m.num_attempts >= c.max_attempts)
-            RETURNING m.*
-        )
-        SELECT k.id, c.name, k.content, k.state, k.num_attempts, lonnymq._dequeue_at(k.dequeue_ms, k.priority), true
-        FROM claimed k LEFT JOIN lonnymq.channel c ON c.id = k.channel_id
-        ORDER BY pg_catalog.array_position(v_expired, k.id);
-        GET DIAGNOSTICS v_served = ROW_COUNT;
-        -- The rest are out of attempts: dead-lettered, then their places refilled.
-        FOR v_dying IN
-            SELECT m AS message, c AS channel FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
-            WHERE m.id = ANY (v_expired) AND m.locked_until_ms <= p_now_ms
-            ORDER BY m.locked_until_ms, m.id
-        LOOP
-            IF NOT lonnymq._dead_letter_expired(v_dying.message, v_dying.channel, p_queue.name) THEN
-                v_skipped := v_skipped || (v_dying.message).id;
-            END IF;
-        END LOOP;
-        EXIT WHEN pg_catalog.cardinality(v_expired) < v_want;  -- none left
-        v_want := v_want - v_served;
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer)
-    IS 'Dequeue step: redelivers expired locks, or dead-letters those out of attempts.';
-
--- A channel taken for a round had nothing due (a stale key, or every ready
--- message being claimed by others): its head is raised if that can be done
--- now. If not (a producer is in flight), the head must stay early, and the
--- channel takes an empty turn instead, so that it waits behind the others
--- rather than heading every round until the raise succeeds. An empty turn
--- only ever makes the next real one later, never earlier.
-CREATE OR REPLACE FUNCTION lonnymq._channel_settle_key(p_channel lonnymq.channel, p_now_ms bigint,
-                                                       p_may_raise boolean) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF NOT (p_may_raise AND lonnymq._channel_raise_head(p_channel.id, p_channel.lock_key)) THEN
-        UPDATE lonnymq.channel c
-        SET last_turn_ms = greatest(c.last_turn_ms, p_now_ms),
-            turn_seq = x.seq,
-            ready_ms = lonnymq._ready_ms(c.head_ms, greatest(c.last_turn_ms, p_now_ms), c.release_interval_ms,
-                                         c.locked_count, c.max_concurrency, x.seq)
-        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
-        WHERE c.id = p_channel.id;
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean)
-    IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
-
--- Step 2. A round: locks up to p_want of the fairest ready channels that no
--- other transaction holds, in one statement (only those in p_only when given,
--- only those fairer than the channel-less key p_channelless_ms when given), then
--- serves them in that order, one message each, recording each turn. That is
--- what single dequeues in a row do: a channel served gets a key (this turn)
--- after all of them. A channel with nothing to take (a stale key, or every
--- ready message being claimed by others) takes no turn, gets its head raised
--- if it can be, and comes back as a row with a NULL id. At most p_raises heads
--- are raised (each holds an advisory lock until commit, and the lock table is
--- shared and finite); past that, heads stay early, which is safe.
-CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
-                                                  p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                  p_only bigint[], p_raises integer)
-RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_round lonnymq.channel[];
-    v_channel lonnymq.channel;
     v_message lonnymq.message;
-    v_counted integer;
-    v_raises integer := p_raises;
 BEGIN
-    IF p_only IS NULL THEN
-        SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
-        FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
-                AND (p_channelless_ms IS NULL
-                     OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-              ORDER BY c.ready_ms, c.turn_seq, c.id
-              LIMIT p_want
-              FOR NO KEY UPDATE SKIP LOCKED) r;
-    ELSE
-        -- The same, among the given channels only, found by id: walking the
-        -- scheduler index for a few channels would pass all the others.
-        SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}') INTO v_round
-        FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.id = ANY (p_only) AND c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms
-                AND NOT c.paused AND c.id <> ALL (p_tried)
-                AND (p_channelless_ms IS NULL
-                     OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-              ORDER BY c.ready_ms, c.turn_seq, c.id
-              LIMIT p_want
-              FOR NO KEY UPDATE SKIP LOCKED) r;
-    END IF;
-    FOREACH v_channel IN ARRAY v_round LOOP
-        IF v_channel.max_attempts IS NOT NULL THEN
-            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
-        END IF;
-        UPDATE lonnymq.message m
-        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        WHERE m.id = (SELECT h.id FROM lonnymq.message h
-                      WHERE h.queue_id = p_queue.id AND h.channel_id = v_channel.id
-                        AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
-                        -- (one deferred after the dead-letter step above ran
-                        -- is left for the next dequeue to dead-letter)
-                        AND (v_channel.max_attempts IS NULL OR h.num_attempts < v_channel.max_attempts)
-                      ORDER BY h.dequeue_ms, h.id
-                      LIMIT 1
-                      FOR UPDATE SKIP LOCKED)
-        RETURNING m.* INTO v_message;
-        IF NOT FOUND THEN
-            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, v_raises > 0);
-            v_raises := v_raises - 1;
-            RETURN QUERY SELECT v_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
-                                NULL::timestamptz;
-            CONTINUE;
-        END IF;
-        -- The turn. The head stays where it is, a lower bound: only
-        -- _channel_raise_head raises it.
-        v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                        v_channel.max_size)::integer;
-        UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count + v_counted,
-            last_turn_ms = p_now_ms,
-            turn_seq = x.seq,
-            ready_ms = lonnymq._ready_ms(c.head_ms, p_now_ms, c.release_interval_ms,
-                                         c.locked_count + v_counted, c.max_concurrency, x.seq)
-        FROM (SELECT pg_catalog.nextval('lonnymq.turn_seq') AS seq) x
-        WHERE c.id = v_channel.id;
-        -- Its last due message taken: raise the head now, so a drained
-        -- channel leaves the scheduler (and becomes sweepable) at once.
-        IF v_raises > 0 AND NOT EXISTS (SELECT 1 FROM lonnymq.message m
-                       WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id
-                         AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) THEN
-            PERFORM lonnymq._channel_raise_head(v_channel.id, v_channel.lock_key);
-            v_raises := v_raises - 1;
-        END IF;
-        channel_id := v_channel.id; id := v_message.id; channel := v_channel.name;
-        content := v_message.content; state := v_message.state; num_attempts := v_message.num_attempts;
-        dequeue_at := lonnymq._dequeue_at(v_message.dequeue_ms, v_message.priority);
-        RETURN NEXT;
-    END LOOP;
+    UPDATE lonnymq.message m
+    SET num_attempts = m.num_attempts + 1, locked_until_ms = p_locked_until_ms
+    WHERE m.id = p_id
+    RETURNING m.* INTO v_message;
+    RETURN v_message;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
-    IS 'Dequeue step: a round of the fairest free channels, one message each, turns recorded.';
-
--- Step 3. The queue's channel-less messages, in (dequeue_at, id) order. With
--- a p_turn_seq (channels compete), one message, and its turn recorded on the
--- queue row, only if that row is free: channel-less traffic never queues on it.
--- Otherwise up to p_want in one statement.
-CREATE OR REPLACE FUNCTION lonnymq._dequeue_channelless(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
-                                                        p_want integer, p_turn_seq bigint)
-RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz, recovered boolean)
-LANGUAGE plpgsql VOLATILE
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    WITH claimed AS (
-        UPDATE lonnymq.message m
-        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        WHERE m.id IN (SELECT f.id FROM lonnymq.message f
-                       WHERE f.queue_id = p_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
-                         AND f.dequeue_ms <= p_now_ms
-                       ORDER BY f.dequeue_ms, f.id
-                       LIMIT CASE WHEN p_turn_seq IS NULL THEN p_want ELSE 1 END
-                       FOR UPDATE SKIP LOCKED)
-        RETURNING m.*
-    )
-    SELECT k.id, NULL::text, k.content, k.state, k.num_attempts, lonnymq._dequeue_at(k.dequeue_ms, k.priority), false
-    FROM claimed k
-    ORDER BY k.dequeue_ms, k.id;
-    IF FOUND AND p_turn_seq IS NOT NULL THEN
-        UPDATE lonnymq.queue q
-        SET channelless_turn_ms = p_now_ms, channelless_turn_seq = p_turn_seq
-        WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = p_queue.id FOR NO KEY UPDATE SKIP LOCKED);
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, integer, bigint)
-    IS 'Dequeue step: channel-less messages, as one more channel.';
-
--- Step 4. Every ready channel is held by another transaction: take messages
--- from the fairest held channels without accounting anyway, exactly like a
--- bare SKIP LOCKED queue (p_hinted: channels whose new work only their holder
--- has folded in so far). This takes no turn (the holder records it), so
--- single dequeues in a row would take the fairest one's messages one after
--- another, then the next one's: up to p_want, each channel's in one
--- statement, the channels picked in one statement (picking them one at a
--- time would walk the held ones again for each). A channel found free by now
--- is served by a round instead; one that cannot be served so (gone, or
--- accounted since) or has nothing to take comes back as a row with a NULL id.
-CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
-                                                 p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                 p_hinted bigint[], p_raises integer)
-RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_held lonnymq.channel[];
-    v_channel lonnymq.channel;
-    v_left integer := p_want;
-    v_row record;
-BEGIN
-    -- Whether a held channel may be served depends on its current policy,
-    -- which an older snapshot may not show: outside READ COMMITTED, never.
-    IF NOT lonnymq._read_committed() THEN
-        RETURN;
-    END IF;
-    -- Pinned, without waiting (see _pin_channel).
-    SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.ready_ms, x.turn_seq, x.id), '{}') INTO v_held
-    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
-          WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused AND c.id <> ALL (p_tried)
-            AND (p_channelless_ms IS NULL
-                 OR (c.ready_ms, c.turn_seq) < (p_channelless_ms, p_queue.channelless_turn_seq))
-            AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL  -- not accounted
-          ORDER BY c.ready_ms, c.turn_seq, c.id
-          LIMIT p_want
-          FOR KEY SHARE SKIP LOCKED) x;
-    IF pg_catalog.cardinality(v_held) = 0 AND p_channelless_ms IS NULL THEN
-        SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
-        FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
-              WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried) AND NOT c.paused
-                AND c.max_concurrency IS NULL AND c.release_interval_ms = 0 AND c.max_size IS NULL
-              ORDER BY c.last_turn_ms, c.turn_seq, c.id
-              LIMIT p_want
-              FOR KEY SHARE SKIP LOCKED) x;
-    END IF;
-    FOREACH v_channel IN ARRAY v_held LOOP
-        EXIT WHEN v_left <= 0;
-        FOR v_row IN SELECT * FROM lonnymq._serve_held(p_queue, v_channel, p_now_ms, p_lock_ms, v_left,
-                                                       p_channelless_ms, p_raises) LOOP
-            channel_id := v_row.channel_id; id := v_row.id; channel := v_row.channel; content := v_row.content;
-            state := v_row.state; num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at;
-            RETURN NEXT;
-            v_left := v_left - (v_row.id IS NOT NULL)::integer;
-        END LOOP;
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
-    IS 'Dequeue step: messages of channels held by another dequeuer, without a turn.';
-
--- One channel of _dequeue_held, pinned by the caller: up to p_want of its
--- messages, or a row with a NULL id when it has none to give.
-CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel lonnymq.channel, p_now_ms bigint,
-                                               p_lock_ms bigint, p_want integer, p_channelless_ms bigint,
-                                               p_raises integer)
-RETURNS TABLE (channel_id bigint, id bigint, channel text, content bytea, state bytea, num_attempts bigint,
-               dequeue_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_channel lonnymq.channel := p_channel;
-BEGIN
-    -- Its holder may have gone meanwhile: then it is served as a free channel.
-    -- (Not one of p_tried: the caller picked it among the others.)
-    RETURN QUERY SELECT * FROM lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, '{}',
-                                                      ARRAY[v_channel.id], p_raises);
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    -- Still held. Read afresh: a policy change that committed after the pick's
-    -- snapshot (but before the pin) may have made it accounted, and
-    -- accounted channels are never served while held.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id;
-    IF v_channel.id IS NOT NULL AND NOT v_channel.paused
-       AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
-        IF v_channel.max_attempts IS NOT NULL THEN
-            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, false, p_queue.name);
-        END IF;
-        RETURN QUERY
-        WITH claimed AS (
-            UPDATE lonnymq.message m
-            SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-            WHERE m.id IN (SELECT s.id FROM lonnymq.message s
-                           WHERE s.queue_id = p_queue.id AND s.channel_id = v_channel.id
-                             AND s.locked_until_ms IS NULL AND s.dequeue_ms <= p_now_ms
-                             AND (v_channel.max_attempts IS NULL OR s.num_attempts < v_channel.max_attempts)
-                           ORDER BY s.dequeue_ms, s.id
-                           LIMIT p_want
-                           FOR UPDATE SKIP LOCKED)
-            RETURNING m.*
-        )
-        SELECT v_channel.id, k.id, v_channel.name, k.content, k.state, k.num_attempts,
-               lonnymq._dequeue_at(k.dequeue_ms, k.priority)
-        FROM claimed k
-        ORDER BY k.dequeue_ms, k.id;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-    END IF;
-    RETURN QUERY SELECT p_channel.id, NULL::bigint, NULL::text, NULL::bytea, NULL::bytea, NULL::bigint,
-                        NULL::timestamptz;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer)
-    IS 'Messages of one held channel, without a turn; a NULL id when it has none.';
+COMMENT ON FUNCTION lonnymq._claim(bigint, bigint) IS 'Locks a message for its next delivery.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
--- like max_messages single dequeues in a row (README, "Concepts": batches): expired locks
--- first, then rounds of the fairest free channels, with the channel-less
--- messages taking their turn as one more channel, and, when every ready
--- channel is held by someone else, messages of a held one.
+-- like max_messages single dequeues in a row (SPEC 3.13).
 CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
@@ -1802,136 +1020,417 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_queue lonnymq.queue;
-    v_now_ms bigint := lonnymq._now_ms();
-    v_left integer := message_dequeue.max_messages;
-    v_channelless_ms bigint;            -- scheduling key of the channel-less messages; NULL: none ready
-    v_channels_ready boolean;    -- whether channels compete with them
-    v_hinted bigint[];           -- busy channels with due hints: ready, maybe unrecorded
-    v_tried bigint[] := '{}';    -- channels taken without success: passed over
-    v_served bigint[] := '{}';   -- channels this call took a turn on (it holds their rows)
-    v_only bigint[];             -- once a round came up short: look only at those
-    v_held boolean := false;     -- the next channel step serves a held channel
-    v_turn_seq bigint;
-    v_raises integer;            -- heads this round may still raise (see _head_lock_budget)
-    v_asked integer;
-    v_taken integer;
-    v_row record;
+    v_now_ms bigint;
+    v_delivered integer := 0;
+    v_message lonnymq.message;
+    v_channel lonnymq.channel;
+    v_exclusive boolean;         -- this call holds the channel row
+    v_accounted boolean;
+    v_next_head_ms bigint;
+    v_seq bigint;
+    v_free_ms bigint;            -- scheduling key of the channel-less messages
+    v_free_exhausted boolean := false;
+    v_recovery_exhausted boolean := false;
+    v_candidates lonnymq.channel[] := '{}';  -- free channels this call holds, fairest first
+    v_next integer := 1;                     -- the next of them to serve
+    v_row lonnymq.channel;
+    v_rounds_short boolean := false;         -- a round found fewer free channels than needed
+    v_served bigint[] := '{}';               -- channels whose turn this call recorded
+    -- Per channel taken from in this call: the (dequeue_ms, id) of the last
+    -- message taken, so the next probe starts after it instead of walking
+    -- past this call's own claims again.
+    v_after_channels bigint[] := '{}';
+    v_after_ms bigint[] := '{}';
+    v_after_ids bigint[] := '{}';
+    v_after integer;
+    v_shared lonnymq.channel;                -- the held channel this call shares
+    v_bulk lonnymq.message[];                -- messages claimed from it in one statement
+    v_has_channels boolean;
+    v_skipped bigint[] := '{}';  -- expired messages whose channel was busy
+    v_tried bigint[] := '{}';    -- channels found busy or stale in this call
+    v_hinted_busy bigint[];      -- busy channels with due hints: ready, maybe unrecorded
+    v_emit_channel text;         -- the delivery being returned: its channel name
+    v_emit_recovered boolean;    -- and whether it is a redelivery
 BEGIN
-    IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
-       OR message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000
-       OR message_dequeue.max_messages IS NULL OR message_dequeue.max_messages NOT BETWEEN 1 AND 10000 THEN
-        PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
-        IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000 THEN
-            PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
-        END IF;
+    PERFORM lonnymq._check_name(message_dequeue.queue, 'queue', false);
+    IF message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms < 1
+       OR message_dequeue.lock_ms > 31557600000000 THEN
+        PERFORM lonnymq._invalid('lock_ms must be between 1 and 1000 years');
+    END IF;
+    IF message_dequeue.max_messages IS NULL OR message_dequeue.max_messages < 1
+       OR message_dequeue.max_messages > 10000 THEN
         PERFORM lonnymq._invalid('max_messages must be between 1 and 10000');
     END IF;
-    -- The queue, and whether each step has anything to do: a step that would
-    -- find nothing is not run at all.
-    SELECT q AS queue,
-           (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) FROM lonnymq.message m
-            WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-              AND m.dequeue_ms <= v_now_ms
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1) AS free_ms,
-           -- (Earliest first, so that each is one probe of its ordered index.)
-           (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-            WHERE h.queue_id = q.id ORDER BY h.dequeue_ms LIMIT 1) <= v_now_ms AS hinted,
-           (SELECT m.locked_until_ms FROM lonnymq.message m
-            WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
-            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired
-    INTO v_row
-    FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
-    IF v_row IS NULL THEN
-        RETURN;
-    END IF;
-    v_queue := v_row.queue;
-    v_channelless_ms := v_row.free_ms;
-    v_hinted := '{}';
-    IF v_row.hinted IS TRUE THEN
-        v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
-    END IF;
-    IF v_row.expired IS TRUE THEN
-        RETURN QUERY SELECT * FROM lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, v_left);
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
-    END IF;
-    -- queue_pause: no fresh delivery. (Expired locks above are work handed
-    -- out before the pause, redelivered as for a paused channel.)
-    IF v_queue.paused THEN
-        RETURN;
-    END IF;
-    IF v_channelless_ms IS NOT NULL THEN
-        v_channels_ready := pg_catalog.cardinality(v_hinted) > 0
-            OR EXISTS (SELECT 1 FROM lonnymq.channel c
-                       WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND NOT c.paused);
-    END IF;
 
-    WHILE v_left > 0 LOOP
-        -- Channels: a round of free ones or, once there is none and the
-        -- channel-less messages had their chance, a held one. (The
-        -- step not chosen is a one-time-false filter: it never runs.)
-        v_asked := v_left;
-        v_taken := 0;
-        -- Heads raised so far are at most the channels taken so far.
-        v_raises := greatest(0, lonnymq._head_lock_budget() - pg_catalog.cardinality(v_served)
-                                - pg_catalog.cardinality(v_tried));
-        FOR v_row IN
-            SELECT * FROM lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
-                                                 v_tried, v_only, v_raises)
-            WHERE NOT v_held
-            UNION ALL
-            SELECT * FROM lonnymq._dequeue_held(v_queue, v_now_ms, message_dequeue.lock_ms, v_left, v_channelless_ms,
-                                                  v_tried, v_hinted, v_raises)
-            WHERE v_held
-        LOOP
-            v_taken := v_taken + 1;
-            IF v_row.id IS NULL THEN
-                v_tried := v_tried || v_row.channel_id;  -- nothing to take there in this call
+    SELECT q.* INTO v_queue FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
+    IF v_queue.id IS NULL THEN
+        RETURN;
+    END IF;
+    v_now_ms := lonnymq._now_ms();
+    -- Fold in only as many channels as this call can serve (plus a little):
+    -- each refreshed channel stays held until commit, and channels held by one
+    -- dequeuer are passed over (or shared without a turn) by the others.
+    v_hinted_busy := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
+    v_has_channels := EXISTS (SELECT 1 FROM lonnymq.channel c
+                              WHERE c.queue_id = v_queue.id AND c.ready_ms IS NOT NULL)
+                      OR pg_catalog.cardinality(v_hinted_busy) > 0;
+
+    WHILE v_delivered < message_dequeue.max_messages LOOP
+        -- Every path that delivers leaves this block with EXIT pick; paths
+        -- that only skip or clean up CONTINUE the loop instead.
+        <<pick>>
+        BEGIN
+            -- 1. Recovery: a lock that expired is redelivered before fresh work.
+            --    Its channel slot is still counted, so limits are unaffected.
+            --    Once none is found, none is looked for again in this call: a
+            --    lock expiring meanwhile is served by the next call.
+            IF NOT v_recovery_exhausted THEN
+                SELECT m.* INTO v_message FROM lonnymq.message m
+                WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
+                  AND m.locked_until_ms <= v_now_ms AND m.id <> ALL (v_skipped)
+                ORDER BY m.locked_until_ms, m.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                v_recovery_exhausted := v_message.id IS NULL;
+            END IF;
+            IF v_message.id IS NOT NULL THEN
+                v_channel := NULL;
+                IF v_message.channel_id IS NOT NULL THEN
+                    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id;
+                END IF;
+                IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
+                    -- Dead-letter: the channel's locks are needed, but without waiting.
+                    IF NOT lonnymq._channel_share(v_queue.id, v_channel.name, false) THEN
+                        v_skipped := v_skipped || v_message.id;
+                    ELSIF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size)
+                          AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c WHERE c.id = v_channel.id
+                                          FOR NO KEY UPDATE SKIP LOCKED) THEN
+                        v_skipped := v_skipped || v_message.id;
+                    ELSE
+                        PERFORM lonnymq._settle_locked(v_message, 'dead',
+                            pg_catalog.format('lock expired after attempt %s of %s', v_message.num_attempts,
+                                              v_channel.max_attempts));
+                        PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                        -- The freed slot may have made a saturated channel ready.
+                        v_has_channels := true;
+                    END IF;
+                    v_message := NULL;
+                    CONTINUE;
+                END IF;
+                v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
+                v_emit_channel := v_channel.name;
+                v_emit_recovered := true;
+                EXIT pick;
+            END IF;
+
+            -- 2. The channel-less messages compete as one more channel whose last
+            --    turn is kept on the queue row.
+            v_free_ms := NULL;
+            IF NOT v_free_exhausted THEN
+                SELECT greatest(m.dequeue_ms, v_queue.nochannel_turn_ms) INTO v_free_ms
+                FROM lonnymq.message m
+                WHERE m.queue_id = v_queue.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
+                  AND m.dequeue_ms <= v_now_ms
+                ORDER BY m.dequeue_ms, m.id
+                LIMIT 1;
+                -- None now: none is looked for again in this call.
+                v_free_exhausted := v_free_ms IS NULL;
+            END IF;
+
+            -- 3. The channel that has waited longest, if it beats the channel-less
+            --    turn. First choice: one no other transaction holds; its turn is
+            --    then recorded exactly. Otherwise a held channel without
+            --    accounting is shared: its messages are taken in parallel, and the
+            --    holder records the turn.
+            v_channel := NULL;
+            v_exclusive := false;
+            IF v_has_channels THEN
+                -- Free channels are taken a round at a time: one walk of the
+                -- index locks as many as this call still needs, fairest first.
+                -- Serving them in that order is what single dequeues in a row
+                -- do: a channel served gets a key (this turn) after all of
+                -- them, and each still beats the channel-less turn, whose key
+                -- only grows. The next round starts when they are used up.
+                -- Once a round came up short, every other ready channel was
+                -- held by someone else: later rounds look only at the
+                -- channels this call holds, instead of walking past the held
+                -- ones again for every message.
+                IF v_next > pg_catalog.cardinality(v_candidates) AND NOT v_rounds_short THEN
+                    -- Lock order: the channel's advisory lock (shared, tried in the
+                    -- WHERE clause, which runs before the row lock), then its row.
+                    SELECT coalesce(pg_catalog.array_agg(r.ch ORDER BY r.ready_ms, r.turn_seq, r.id), '{}')
+                    INTO v_candidates
+                    FROM (SELECT c AS ch, c.ready_ms, c.turn_seq, c.id FROM lonnymq.channel c
+                          WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
+                            AND (v_free_ms IS NULL
+                                 OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                            AND pg_catalog.pg_try_advisory_xact_lock_shared(
+                                    lonnymq._lock_class(), c.lock_key)
+                          ORDER BY c.ready_ms, c.turn_seq, c.id
+                          LIMIT message_dequeue.max_messages - v_delivered
+                          FOR NO KEY UPDATE SKIP LOCKED) r;
+                    v_next := 1;
+                    -- (Short because of the channel-less turn does not count.)
+                    v_rounds_short := v_free_ms IS NULL
+                        AND pg_catalog.cardinality(v_candidates) < message_dequeue.max_messages - v_delivered;
+                ELSIF v_next > pg_catalog.cardinality(v_candidates) AND pg_catalog.cardinality(v_served) > 0 THEN
+                    -- This call already holds these rows: looked up by id.
+                    SELECT coalesce(pg_catalog.array_agg(c ORDER BY c.ready_ms, c.turn_seq, c.id), '{}')
+                    INTO v_candidates
+                    FROM lonnymq.channel c
+                    WHERE c.id = ANY (v_served) AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried);
+                    v_next := 1;
+                END IF;
+                IF v_next <= pg_catalog.cardinality(v_candidates) THEN
+                    v_channel := v_candidates[v_next];
+                    v_next := v_next + 1;
+                END IF;
+                v_exclusive := v_channel.id IS NOT NULL;
+                IF NOT v_exclusive AND v_rounds_short AND v_shared.id IS NOT NULL
+                   AND v_shared.id <> ALL (v_tried) THEN
+                    -- Sharing takes no turn, so the channel shared last is still
+                    -- the fairest held one (checked again below).
+                    v_channel := v_shared;
+                ELSIF NOT v_exclusive THEN
+                    SELECT c.* INTO v_channel FROM lonnymq.channel c
+                    WHERE c.queue_id = v_queue.id AND c.ready_ms <= v_now_ms AND c.id <> ALL (v_tried)
+                      AND (v_free_ms IS NULL
+                           OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                      AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                                      c.lock_key)
+                    ORDER BY c.ready_ms, c.turn_seq, c.id
+                    LIMIT 1;
+                    v_shared := v_channel;
+                END IF;
+                IF v_channel.id IS NULL AND v_free_ms IS NULL THEN
+                    -- A busy channel whose new messages only its holder has folded
+                    -- in so far: its due hints say it has ready work.
+                    SELECT c.* INTO v_channel FROM lonnymq.channel c
+                    WHERE c.id = ANY (v_hinted_busy) AND c.id <> ALL (v_tried)
+                      AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                      AND pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._lock_class(),
+                                                                      c.lock_key)
+                    ORDER BY c.last_turn_ms, c.turn_seq, c.id
+                    LIMIT 1;
+                END IF;
+                IF NOT v_exclusive AND v_channel.id IS NOT NULL THEN
+                    -- A channel about to be shared, checked again now that its
+                    -- advisory lock is held: if its holder has gone meanwhile,
+                    -- this call takes the row and records the turn; otherwise
+                    -- it is read afresh, because a policy change that committed
+                    -- after the pick's snapshot (but before the lock) may have
+                    -- made it accounted, and accounted channels are never shared.
+                    SELECT c.* INTO v_row FROM lonnymq.channel c
+                    WHERE c.id = v_channel.id AND c.ready_ms <= v_now_ms
+                      AND (v_free_ms IS NULL
+                           OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq))
+                    FOR NO KEY UPDATE SKIP LOCKED;
+                    IF v_row.id IS NOT NULL THEN
+                        v_channel := v_row;
+                        v_exclusive := true;
+                    ELSE
+                        SELECT c.* INTO v_row FROM lonnymq.channel c WHERE c.id = v_channel.id;
+                        IF v_row.id IS NULL OR lonnymq._accounted(v_row.max_concurrency, v_row.release_interval_ms,
+                                                                  v_row.max_size) THEN
+                            v_tried := v_tried || v_channel.id;
+                            CONTINUE;
+                        END IF;
+                        v_channel := v_row;
+                    END IF;
+                END IF;
+            END IF;
+
+            v_after := pg_catalog.array_position(v_after_channels, v_channel.id);
+            IF v_after IS NULL AND v_channel.id IS NOT NULL THEN
+                -- First visit in this call: no bound yet.
+                v_after_channels := v_after_channels || v_channel.id;
+                v_after_ms := v_after_ms || NULL::bigint;
+                v_after_ids := v_after_ids || NULL::bigint;
+                v_after := pg_catalog.cardinality(v_after_channels);
+            END IF;
+            IF v_channel.id IS NOT NULL AND NOT v_exclusive AND v_rounds_short
+               AND v_next > pg_catalog.cardinality(v_candidates) AND v_channel.max_attempts IS NULL
+               AND message_dequeue.max_messages - v_delivered > 1 THEN
+                -- Sharing a held channel with nothing of this call's own
+                -- ready: single dequeues in a row would take its next
+                -- messages one after another (sharing records no turn, so it
+                -- stays the fairest held one). Take them in one statement.
+                -- (With max_attempts, a message may have to be dead-lettered
+                -- instead: those channels go message by message below.)
+                WITH picked AS (
+                    SELECT m.id FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id
+                      AND m.locked_until_ms IS NULL AND m.dequeue_ms <= v_now_ms
+                      AND (v_after_ms[v_after] IS NULL
+                           OR (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after]))
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT message_dequeue.max_messages - v_delivered
+                    FOR UPDATE SKIP LOCKED
+                ), claimed AS (
+                    UPDATE lonnymq.message m
+                    SET num_attempts = m.num_attempts + 1, locked_until_ms = v_now_ms + message_dequeue.lock_ms
+                    FROM picked p WHERE m.id = p.id
+                    RETURNING m.*
+                )
+                SELECT coalesce(pg_catalog.array_agg(k ORDER BY k.dequeue_ms, k.id), '{}') INTO v_bulk
+                FROM claimed k;
+                IF pg_catalog.cardinality(v_bulk) = 0 THEN
+                    v_tried := v_tried || v_channel.id;
+                    CONTINUE;
+                END IF;
+                RETURN QUERY
+                SELECT k.id, v_channel.name, k.content, k.state, k.num_attempts,
+                       'epoch'::timestamptz
+                       + (k.dequeue_ms + k.priority::bigint * 281474976710656) * '1 millisecond'::interval,
+                       false
+                FROM pg_catalog.unnest(v_bulk) AS k
+                ORDER BY k.dequeue_ms, k.id;
+                v_delivered := v_delivered + pg_catalog.cardinality(v_bulk);
+                v_message := v_bulk[pg_catalog.cardinality(v_bulk)];
+                v_after_ms[v_after] := v_message.dequeue_ms;
+                v_after_ids[v_after] := v_message.id;
+                v_message := NULL;
                 CONTINUE;
             END IF;
-            v_served := v_served || v_row.channel_id;
-            id := v_row.id; channel := v_row.channel; content := v_row.content; state := v_row.state;
-            num_attempts := v_row.num_attempts; dequeue_at := v_row.dequeue_at; recovered := false;
-            RETURN NEXT;
-            v_left := v_left - 1;
-        END LOOP;
-        IF v_taken > 0 THEN
-            -- A round short, and not because of the channel-less turn: every
-            -- other ready channel is held by someone else. Later rounds look
-            -- only at the channels this call holds instead of walking past the
-            -- others again.
-            IF NOT v_held AND v_taken < v_asked AND v_channelless_ms IS NULL THEN
-                v_only := v_served;
+
+            IF v_channel.id IS NOT NULL THEN
+                v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
+                                                  v_channel.max_size);
+                IF v_after_ms[v_after] IS NULL THEN
+                    SELECT m.* INTO v_message FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                ELSE
+                    -- Whatever sorts before the last message taken here is
+                    -- claimed (by this call or, SKIP LOCKED anyway, by others)
+                    -- or arrived since: the next call serves that.
+                    SELECT m.* INTO v_message FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                      AND (m.dequeue_ms, m.id) > (v_after_ms[v_after], v_after_ids[v_after])
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                END IF;
+                IF v_message.id IS NULL OR v_message.dequeue_ms > v_now_ms THEN
+                    -- Nothing to take: the key was stale (a cancel), or every ready
+                    -- message is being taken by others. The holder fixes the key.
+                    IF v_exclusive THEN
+                        PERFORM lonnymq._channel_refresh(v_channel.id);
+                    END IF;
+                    v_tried := v_tried || v_channel.id;
+                    v_message := NULL;
+                    CONTINUE;
+                END IF;
+                IF v_channel.max_attempts IS NOT NULL AND v_message.num_attempts >= v_channel.max_attempts THEN
+                    -- A deferred message out of attempts: dead-letter, no slot was taken.
+                    PERFORM lonnymq._archive(v_message, 'dead',
+                        pg_catalog.format('deferred after attempt %s of %s', v_message.num_attempts,
+                                          v_channel.max_attempts));
+                    DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
+                    IF v_exclusive THEN
+                        UPDATE lonnymq.channel c
+                        SET removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
+                        WHERE c.id = v_channel.id;
+                        PERFORM lonnymq._channel_refresh(v_channel.id);
+                        -- No turn was taken: the channel keeps its place in the
+                        -- round if it is still ready (single dequeues in a row
+                        -- would serve it next). Otherwise a later round finds it.
+                        SELECT c.* INTO v_row FROM lonnymq.channel c
+                        WHERE c.id = v_channel.id AND c.ready_ms <= v_now_ms
+                          AND (v_free_ms IS NULL
+                               OR (c.ready_ms, c.turn_seq) < (v_free_ms, v_queue.nochannel_turn_seq));
+                        IF v_row.id IS NOT NULL THEN
+                            SELECT pg_catalog.array_agg(x ORDER BY x.ready_ms, x.turn_seq, x.id) INTO v_candidates
+                            FROM pg_catalog.unnest(v_candidates[v_next:] || v_row) AS x;
+                            v_next := 1;
+                        END IF;
+                    END IF;
+                    PERFORM lonnymq._notify('lonnymq_dead', v_queue.name, 'dead');
+                    v_message := NULL;
+                    CONTINUE;
+                END IF;
+                v_after_ms[v_after] := v_message.dequeue_ms;
+                v_after_ids[v_after] := v_message.id;
+                v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
+                IF v_exclusive THEN
+                    -- Messages others are taking right now still look unlocked here,
+                    -- which only makes the head early: safe.
+                    SELECT m.dequeue_ms INTO v_next_head_ms FROM lonnymq.message m
+                    WHERE m.queue_id = v_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+                    ORDER BY m.dequeue_ms, m.id
+                    LIMIT 1;
+                    v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+                    IF v_channel.id <> ALL (v_served) THEN
+                        v_served := v_served || v_channel.id;
+                    END IF;
+                    UPDATE lonnymq.channel c
+                    SET locked_count = c.locked_count + v_accounted::integer,
+                        last_turn_ms = v_now_ms,
+                        turn_seq = v_seq,
+                        head_ms = v_next_head_ms,
+                        ready_ms = lonnymq._ready_ms(v_next_head_ms, v_now_ms, c.release_interval_ms,
+                                                     c.locked_count + v_accounted::integer, c.max_concurrency, v_seq)
+                    WHERE c.id = v_channel.id;
+                END IF;
+                v_emit_channel := v_channel.name;
+                v_emit_recovered := false;
+                EXIT pick;
             END IF;
-            v_held := false;
-            CONTINUE;
-        END IF;
-        EXIT WHEN v_held;  -- nothing ready anywhere
-        IF v_channelless_ms IS NULL THEN
-            v_held := true;
-            CONTINUE;
-        END IF;
-        -- The channel-less messages' turn. When channels compete, one message
-        -- and its turn recorded: every ready channel comes before it again.
-        v_turn_seq := CASE WHEN v_channels_ready THEN pg_catalog.nextval('lonnymq.turn_seq') END;
-        RETURN QUERY SELECT * FROM lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
-                                                                v_left, v_turn_seq);
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
-        IF v_taken = 0 OR v_turn_seq IS NULL THEN
-            v_channelless_ms := NULL;  -- none left, or none competed: the channel-less part is done
-        ELSE
-            v_channelless_ms := v_now_ms;
-            v_queue.channelless_turn_seq := v_turn_seq;
-        END IF;
+
+            IF v_free_ms IS NULL THEN
+                EXIT;  -- nothing ready anywhere
+            END IF;
+            SELECT f.* INTO v_message FROM lonnymq.message f
+            WHERE f.queue_id = v_queue.id AND f.channel_id IS NULL AND f.locked_until_ms IS NULL
+              AND f.dequeue_ms <= v_now_ms
+            ORDER BY f.dequeue_ms, f.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF v_message.id IS NULL THEN
+                -- Every ready channel-less message is being claimed by others.
+                v_free_exhausted := true;
+                CONTINUE;
+            END IF;
+            v_message := lonnymq._claim(v_message.id, v_now_ms + message_dequeue.lock_ms);
+            IF v_has_channels THEN
+                -- Record the turn only when channels compete for it, and only if
+                -- the queue row is free: channel-less traffic never queues on it.
+                v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+                UPDATE lonnymq.queue q
+                SET nochannel_turn_ms = v_now_ms, nochannel_turn_seq = v_seq
+                WHERE q.id = (SELECT l.id FROM lonnymq.queue l WHERE l.id = v_queue.id
+                              FOR NO KEY UPDATE SKIP LOCKED);
+                v_queue.nochannel_turn_ms := v_now_ms;
+                v_queue.nochannel_turn_seq := v_seq;
+            END IF;
+            v_emit_channel := NULL;
+            v_emit_recovered := false;
+            EXIT pick;
+        END pick;
+        -- The result row, assigned column by column (RETURN QUERY would run a
+        -- query per delivered message).
+        id := v_message.id;
+        channel := v_emit_channel;
+        content := v_message.content;
+        state := v_message.state;
+        num_attempts := v_message.num_attempts;
+        dequeue_at := 'epoch'::timestamptz
+                      + (v_message.dequeue_ms + v_message.priority::bigint * 281474976710656)
+                        * '1 millisecond'::interval;
+        recovered := v_emit_recovered;
+        RETURN NEXT;
+        v_delivered := v_delivered + 1;
+        v_message := NULL;
     END LOOP;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
     IS 'Locks and returns up to max_messages ready messages, fairly across channels.';
 -- ===========================================================================
--- Settling delivered messages. num_attempts is a fencing token (README, "Concepts": delivery and locks):
+-- Settling delivered messages. num_attempts is a fencing token (SPEC 3.7):
 -- only the holder of the current delivery may settle it. Lock order is
 -- always message row, then channel row.
 -- ===========================================================================
@@ -1940,7 +1439,7 @@ COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
 -- when the caller holds the current delivery; otherwise a status
 -- (not_found, state_invalid) in p_status.
 CREATE OR REPLACE FUNCTION lonnymq._lock_delivery(p_id bigint, p_num_attempts bigint, OUT p_status text, OUT p_message lonnymq.message)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_id IS NULL THEN
@@ -1961,36 +1460,36 @@ $$;
 COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
--- The common case is three statements: lock the message, pin its channel
--- (_pin_channel), delete the message unless its channel keeps counters or
--- archives completed messages; those channels take _settle_locked.
+-- The common case is three statements: lock the message (reading its
+-- channel's lock key), take the channel's shared advisory lock, delete the
+-- message unless its channel keeps counters or archives completed messages;
+-- those channels take _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_locked_until_ms bigint;
     v_attempts bigint;
-    v_channel_id bigint;
+    v_lock_key integer;
     v_message lonnymq.message;
 BEGIN
     IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
     END IF;
-    SELECT m.locked_until_ms, m.num_attempts, m.channel_id
-    INTO v_locked_until_ms, v_attempts, v_channel_id
-    FROM lonnymq.message m
+    SELECT m.locked_until_ms, m.num_attempts, c.lock_key INTO v_locked_until_ms, v_attempts, v_lock_key
+    FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
     WHERE m.id = message_complete.id
-    FOR UPDATE;
+    FOR UPDATE OF m;
     IF NOT FOUND THEN
         RETURN 'not_found';
     ELSIF v_locked_until_ms IS NULL OR v_attempts <> message_complete.num_attempts THEN
         RETURN 'state_invalid';  -- not delivered, or redelivered since: a stale attempt
     END IF;
-    IF v_channel_id IS NOT NULL THEN
-        PERFORM lonnymq._pin_channel(v_channel_id);
+    IF v_lock_key IS NOT NULL THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq._lock_class(), v_lock_key);
     END IF;
-    -- The policy is read after the pin, so a channel_set that committed
+    -- The policy is read after the lock, so a channel_set that committed
     -- meanwhile is seen.
     DELETE FROM lonnymq.message m
     WHERE m.id = message_complete.id
@@ -2010,7 +1509,7 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 -- Completes many deliveries; one (id, status) row per input element, as if
 -- each were a message_complete in input order. Locks all messages, then all
 -- channels, each in id order, so concurrent batches cannot deadlock. Then
--- set-based: statuses in one statement, and messages of unaccounted channels that
+-- set-based: statuses in one statement, and messages of shared channels that
 -- keep no completed archive are deleted in one statement; only accounted or
 -- archiving channels go message by message.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
@@ -2022,13 +1521,10 @@ DECLARE
     v_statuses text[];
     v_done bigint[];
     v_message lonnymq.message;
-    v_read_committed boolean;
 BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
         PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
     END IF;
-    PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
-    PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
     IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
         PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
     END IF;
@@ -2045,19 +1541,15 @@ BEGIN
 
     PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
     ORDER BY m.id FOR UPDATE;
-    -- Then their channels, pinned (see _pin_channel) in id order. From here
-    -- on no policy and no delivery of these messages can change under this
-    -- call.
+    -- Then the channels whose rows the settles will update (accounted ones),
+    -- each after its advisory lock, in id order. From here on no policy and
+    -- no delivery of these messages can change under this call.
+    PERFORM lonnymq._channel_share(c.queue_id, c.name, true) FROM lonnymq.channel c
+    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
+    ORDER BY c.id;
     PERFORM 1 FROM lonnymq.channel c
     WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-    ORDER BY c.id FOR KEY SHARE;
-    -- Those whose rows the settles will update (accounted ones), and outside
-    -- READ COMMITTED every one: an older snapshot may show an old policy, and
-    -- this lock refuses a stale row (40001, see _pin_channel).
-    v_read_committed := lonnymq._read_committed();
-    PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
-      AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
+      AND lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
     ORDER BY c.id FOR NO KEY UPDATE;
 
     -- Statuses as sequential completes would give them: an id repeated in the
@@ -2095,7 +1587,7 @@ BEGIN
     LOOP
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
     END LOOP;
-    -- Everything else (unaccounted channels, channel-less messages) just goes.
+    -- Everything else (shared channels, channel-less messages) just goes.
     DELETE FROM lonnymq.message m WHERE m.id = ANY (v_done);
 
     RETURN QUERY
@@ -2143,7 +1635,7 @@ BEGIN
         state = coalesce(message_defer.state, m.state)
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
-        v_channel := lonnymq._pin_channel((v_lock.p_message).channel_id);
+        v_channel := lonnymq._channel_of_settle(v_lock.p_message);
         IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
             -- The slot must be returned under the row lock anyway, so move
             -- the head here too: no hint needed.
@@ -2154,13 +1646,13 @@ BEGIN
                                              c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
             WHERE c.id = v_channel.id;
         ELSE
-            -- An unaccounted channel's row is not ours to hold: tell dequeue, like a producer.
+            -- A shared channel's row is not ours to hold: tell dequeue, like a producer.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
             VALUES ((v_lock.p_message).queue_id, v_channel.id, v_dequeue_ms);
         END IF;
     END IF;
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
-    PERFORM lonnymq._notify_waiters(v_queue, 'deferred');
+    PERFORM lonnymq._notify('lonnymq', v_queue, 'deferred');
     RETURN 'deferred';
 END
 $$;
@@ -2235,7 +1727,7 @@ BEGIN
     -- The channel head may now be early; dequeue corrects an early head when
     -- it meets it. Only a capacity count needs the channel row.
     IF v_message.channel_id IS NOT NULL THEN
-        v_channel := lonnymq._pin_channel(v_message.channel_id);
+        v_channel := lonnymq._channel_of_settle(v_message);
         IF v_channel.max_size IS NOT NULL THEN
             UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1 WHERE c.id = v_channel.id;
         END IF;
@@ -2251,30 +1743,14 @@ COMMENT ON FUNCTION lonnymq.message_cancel(bigint) IS 'Removes a pending message
 
 -- Re-creates an archived message (redrive) with its content and state and
 -- fresh attempts, through the normal creation path (limits apply). The
--- archive row, which the caller holds locked, is removed once the message
--- exists again. Returns (status, id): created or dropped.
-CREATE OR REPLACE FUNCTION lonnymq._requeue(p_archived lonnymq.message_archive, OUT status text, OUT id bigint)
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    SELECT r.status, r.id INTO status, id
-    FROM lonnymq._create_one(lonnymq._queue_id(p_archived.queue, true), p_archived.queue, p_archived.channel,
-                             p_archived.content, lonnymq._now_ms(), 0, NULL, p_archived.state, 0, 'requeued',
-                             true) r;
-    IF status = 'created' THEN
-        DELETE FROM lonnymq.message_archive a WHERE a.id = p_archived.id;
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._requeue(lonnymq.message_archive) IS 'Re-creates a locked archive row as a message.';
-
--- Redrives one archived message. Returns (status, id): created, dropped
--- (its channel is full), or not_found.
+-- archive row is removed once the message exists again.
+-- Returns (status, id): created, dropped, or not_found.
 CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(archive_id bigint, OUT status text, OUT id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_archived lonnymq.message_archive;
+    v_result record;
 BEGIN
     IF archive_requeue.archive_id IS NULL THEN
         PERFORM lonnymq._invalid('archive_id must not be NULL');
@@ -2284,142 +1760,64 @@ BEGIN
         status := 'not_found';
         RETURN;
     END IF;
-    SELECT r.status, r.id INTO status, id FROM lonnymq._requeue(v_archived) r;
+    SELECT r.status, r.id INTO v_result
+    FROM lonnymq._create_one(lonnymq._queue_id(v_archived.queue, true), v_archived.queue, v_archived.channel,
+                             v_archived.content, lonnymq._now_ms(), 0, NULL, v_archived.state, 0, 'requeued',
+                             true) r;
+    IF v_result.status = 'created' THEN
+        DELETE FROM lonnymq.message_archive a WHERE a.id = v_archived.id;
+    END IF;
+    status := v_result.status;
+    id := v_result.id;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.archive_requeue(bigint) IS 'Redrives an archived message: (created|dropped|not_found, id).';
 
--- Validates the filter shared by the bulk archive calls.
-CREATE OR REPLACE FUNCTION lonnymq._check_archive_filter(p_queue text, p_queue_nullable boolean, p_channel text,
-                                                         p_outcome text, p_after timestamptz,
-                                                         p_before timestamptz) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    PERFORM lonnymq._check_name(p_queue, 'queue', p_queue_nullable);
-    PERFORM lonnymq._check_name(p_channel, 'channel', true);
-    IF p_outcome IS NOT NULL AND p_outcome NOT IN ('completed', 'failed', 'dead') THEN
-        PERFORM lonnymq._invalid(pg_catalog.format('outcome must be completed, failed, dead or NULL, got %s',
-                                                   p_outcome));
-    END IF;
-    IF p_after >= p_before THEN
-        PERFORM lonnymq._invalid('archived_after must be earlier than archived_before');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._check_archive_filter(text, boolean, text, text, timestamptz, timestamptz)
-    IS 'Validates a bulk archive filter, 22023 otherwise.';
-
--- Redrives every archived message of a queue that matches the filter (NULL:
--- any outcome, any channel, no time bound; archived_after inclusive,
--- archived_before exclusive), oldest first, each as archive_requeue would.
--- Rows another transaction is requeueing are passed over. Returns how many
--- were requeued and how many stay archived because their channel is full.
--- outcome has no default: a call with one argument is always the single
--- form above, so archive_requeue('42') cannot redrive a queue named "42".
-CREATE OR REPLACE FUNCTION lonnymq.archive_requeue(queue text, outcome text, channel text DEFAULT NULL,
-                                                   archived_after timestamptz DEFAULT NULL,
-                                                   archived_before timestamptz DEFAULT NULL,
-                                                   OUT requeued bigint, OUT dropped bigint)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_archived lonnymq.message_archive;
-BEGIN
-    PERFORM lonnymq._check_archive_filter(archive_requeue.queue, false, archive_requeue.channel,
-                                          archive_requeue.outcome, archive_requeue.archived_after,
-                                          archive_requeue.archived_before);
-    requeued := 0;
-    dropped := 0;
-    FOR v_archived IN
-        SELECT a.* FROM lonnymq.message_archive a
-        WHERE a.queue = archive_requeue.queue
-          AND (archive_requeue.channel IS NULL OR a.channel = archive_requeue.channel)
-          AND (archive_requeue.outcome IS NULL OR a.outcome = archive_requeue.outcome)
-          AND (archive_requeue.archived_after IS NULL OR a.archived_at >= archive_requeue.archived_after)
-          AND (archive_requeue.archived_before IS NULL OR a.archived_at < archive_requeue.archived_before)
-        ORDER BY a.archived_at, a.id
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        IF (lonnymq._requeue(v_archived)).status = 'created' THEN
-            requeued := requeued + 1;
-        ELSE
-            dropped := dropped + 1;
-        END IF;
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION lonnymq.archive_requeue(text, text, text, timestamptz, timestamptz)
-    IS 'Redrives every archived message matching a filter: (requeued, dropped).';
-
--- Deletes archive rows archived longer ago than older_than, only those of a
--- queue, channel and outcome when given. Without a channel or outcome filter
--- it also drops spent batch idempotency keys that old (of that queue when
--- given). Returns the number of archive rows removed.
-CREATE OR REPLACE FUNCTION lonnymq.archive_prune(older_than interval, queue text DEFAULT NULL,
-                                                 channel text DEFAULT NULL, outcome text DEFAULT NULL)
-RETURNS bigint
+-- Deletes archive rows (and spent batch idempotency keys) archived longer
+-- ago than older_than. Returns the number of archive rows removed.
+CREATE OR REPLACE FUNCTION lonnymq.archive_prune(older_than interval) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_removed bigint;
-    v_before timestamptz;
 BEGIN
-    PERFORM lonnymq._check_age(archive_prune.older_than, 'older_than');
-    PERFORM lonnymq._check_archive_filter(archive_prune.queue, true, archive_prune.channel,
-                                          archive_prune.outcome, NULL, NULL);
-    -- Nothing was archived 6000 years ago, and now() minus a longer interval
-    -- may not be a timestamp at all (the earliest is 4714 BC).
-    IF archive_prune.older_than > '6000 years'::interval THEN
-        RETURN 0;
+    IF archive_prune.older_than IS NULL OR archive_prune.older_than < '0'::interval
+       OR NOT pg_catalog.isfinite(archive_prune.older_than) THEN
+        PERFORM lonnymq._invalid('older_than must be a finite interval of 0 or more');
     END IF;
-    v_before := pg_catalog.now() - archive_prune.older_than;
-    DELETE FROM lonnymq.message_archive a
-    WHERE a.archived_at < v_before
-      AND (archive_prune.queue IS NULL OR a.queue = archive_prune.queue)
-      AND (archive_prune.channel IS NULL OR a.channel = archive_prune.channel)
-      AND (archive_prune.outcome IS NULL OR a.outcome = archive_prune.outcome);
+    IF archive_prune.older_than > '10000 years'::interval THEN
+        RETURN 0;  -- nothing is that old, and now() minus it may not be a timestamp
+    END IF;
+    DELETE FROM lonnymq.message_archive a WHERE a.archived_at < pg_catalog.now() - archive_prune.older_than;
     GET DIAGNOSTICS v_removed = ROW_COUNT;
-    IF archive_prune.channel IS NULL AND archive_prune.outcome IS NULL THEN
-        DELETE FROM lonnymq.batch b
-        WHERE b.created_at < v_before
-          AND (archive_prune.queue IS NULL
-               OR b.queue_id = (SELECT q.id FROM lonnymq.queue q WHERE q.name = archive_prune.queue));
-    END IF;
+    DELETE FROM lonnymq.batch b WHERE b.created_at < pg_catalog.now() - archive_prune.older_than;
     RETURN v_removed;
 END
 $$;
-COMMENT ON FUNCTION lonnymq.archive_prune(interval, text, text, text)
-    IS 'Removes archive rows older than the interval, optionally of one queue, channel, outcome; returns the count.';
+COMMENT ON FUNCTION lonnymq.archive_prune(interval) IS 'Removes archive rows older than the interval; returns the count.';
 -- ===========================================================================
 -- Inspection: views with stable column names, wait_hint_ms, verify.
 -- Views read their tables with the extension owner's rights, so GRANT SELECT
 -- on a view shows its rows without opening the tables underneath. Functions
 -- inside a view run with the reader's rights, though: the views therefore use
 -- pg_catalog expressions only, never the revoked lonnymq helpers.
--- Every operator in a view has operands of exactly the types of a pg_catalog
--- operator (hence the ::float8 and ::numeric casts): an operator is bound once,
--- when the view is created, and an inexact match (bigint * interval) could
--- otherwise bind a look-alike with exactly those types from a writable schema.
 -- (2^48 ms is _priority_step_ms(), the distance between priority levels.)
 -- ===========================================================================
 
 CREATE OR REPLACE VIEW lonnymq.messages AS
 SELECT m.id, q.name AS queue, c.name AS channel, m.content, m.state, m.num_attempts,
-       'epoch'::timestamptz
-           + (m.dequeue_ms + m.priority::bigint * 281474976710656)::float8 * '1 millisecond'::interval
+       'epoch'::timestamptz + (m.dequeue_ms + m.priority::bigint * 281474976710656) * '1 millisecond'::interval
            AS dequeue_at,
-       'epoch'::timestamptz + m.locked_until_ms::float8 * '1 millisecond'::interval AS locked_until,
+       'epoch'::timestamptz + m.locked_until_ms * '1 millisecond'::interval AS locked_until,
        m.created_at, m.priority, m.dedup_key
 FROM lonnymq.message m
 JOIN lonnymq.queue q ON q.id = m.queue_id
 LEFT JOIN lonnymq.channel c ON c.id = m.channel_id;
 COMMENT ON VIEW lonnymq.messages IS 'One row per live message.';
 
--- Per channel, plus one row per queue (channel NULL) for channel-less messages,
--- whose paused column is the queue's.
+-- Per channel, plus one row per queue (channel NULL) for channel-less messages.
 CREATE OR REPLACE VIEW lonnymq.channel_stats AS
-WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint AS ms),
+WITH now_ms AS (SELECT pg_catalog.floor(EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms),
 counts AS (
     SELECT m.queue_id, m.channel_id,
            pg_catalog.count(*) FILTER (WHERE m.locked_until_ms IS NULL AND m.dequeue_ms <= n.ms) AS ready,
@@ -2435,16 +1833,14 @@ SELECT q.name AS queue, c.name AS channel,
        coalesce(k.scheduled, 0) AS scheduled,
        coalesce(k.locked, 0) AS locked,
        c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts, c.retain_completed,
-       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms,
-       c.paused
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END AS oldest_ready_ms
 FROM lonnymq.channel c
 JOIN lonnymq.queue q ON q.id = c.queue_id
 CROSS JOIN now_ms n
 LEFT JOIN counts k ON k.queue_id = c.queue_id AND k.channel_id = c.id
 UNION ALL
 SELECT q.name, NULL, k.ready, k.scheduled, k.locked, NULL, NULL, NULL, NULL, NULL,
-       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END,
-       q.paused
+       CASE WHEN k.oldest_ready_at_ms IS NOT NULL THEN greatest(0, n.ms - k.oldest_ready_at_ms) END
 FROM counts k
 JOIN lonnymq.queue q ON q.id = k.queue_id
 CROSS JOIN now_ms n
@@ -2457,11 +1853,10 @@ SELECT q.name AS queue,
        coalesce(pg_catalog.sum(s.ready), 0)::bigint AS ready,
        coalesce(pg_catalog.sum(s.scheduled), 0)::bigint AS scheduled,
        coalesce(pg_catalog.sum(s.locked), 0)::bigint AS locked,
-       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived,
-       q.paused
+       (SELECT pg_catalog.count(*) FROM lonnymq.message_archive a WHERE a.queue = q.name) AS archived
 FROM lonnymq.queue q
 LEFT JOIN lonnymq.channel_stats s ON s.queue = q.name
-GROUP BY q.id, q.name, q.paused;
+GROUP BY q.id, q.name;
 COMMENT ON VIEW lonnymq.queue_stats IS 'Totals per queue.';
 
 -- Milliseconds until a dequeue of the queue could return something: 0 now,
@@ -2475,13 +1870,13 @@ DECLARE
     v_next_ms bigint;
 BEGIN
     PERFORM lonnymq._check_name(wait_hint_ms.queue, 'queue', false);
-    SELECT q.id INTO v_queue_id FROM lonnymq.queue q WHERE q.name = wait_hint_ms.queue AND NOT q.paused;
+    v_queue_id := lonnymq._queue_id(wait_hint_ms.queue, false);
     IF v_queue_id IS NULL THEN
-        RETURN NULL;  -- unknown or paused: nothing can be dequeued until it changes
+        RETURN NULL;
     END IF;
     v_next_ms := least(
         (SELECT c.ready_ms FROM lonnymq.channel c
-         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL AND NOT c.paused ORDER BY c.ready_ms LIMIT 1),
+         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL ORDER BY c.ready_ms LIMIT 1),
         (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
          WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
         (SELECT m.dequeue_ms FROM lonnymq.message m
@@ -2497,74 +1892,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next message could be dequeued; NULL if none queued.';
-
--- Announces that the caller is about to sleep on a queue until a 'lonnymq'
--- NOTIFY for it (LISTEN lonnymq) or until the returned number of
--- milliseconds has passed, and returns that number: wait_hint_ms, or NULL
--- (nothing queued: sleep until notified). Producers notify only while a
--- consumer waits (see _notify_waiters), so a LISTEN client calls this before
--- it sleeps and wait_end when it wakes, on one connection (the announcement is
--- a session-level lock: it holds no transaction open, and ends with the session
--- if wait_end never comes). No wake-up is lost: producers that decided not to notify
--- before the announcement are waited for (at most 100 ms) before the hint
--- looks for work; if one is still in flight then, the hint is at most 100 ms,
--- so the caller looks again soon.
-CREATE OR REPLACE FUNCTION lonnymq.wait_begin(queue text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_key integer;
-    v_patience_ms constant bigint := 100;
-    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
-    v_settled boolean;
-BEGIN
-    PERFORM lonnymq._check_name(wait_begin.queue, 'queue', false);
-    -- Keyed by name: a consumer may wait on a queue that does not exist yet.
-    v_key := pg_catalog.hashtext(wait_begin.queue);
-    -- Tried: a producer checking for waiters holds it exclusively for an
-    -- instant (or another role holds it): then look again soon instead.
-    v_settled := pg_catalog.pg_try_advisory_lock_shared(lonnymq._waiting_lock_class(), v_key);
-    IF v_settled THEN
-        -- Producers in flight that skipped their NOTIFY, waited out without
-        -- blocking anyone for long: a lock timeout in a subtransaction.
-        BEGIN
-            PERFORM pg_catalog.set_config('lock_timeout', v_patience_ms::text, true);
-            PERFORM pg_catalog.pg_advisory_lock(lonnymq._producing_lock_class(), v_key);
-            PERFORM pg_catalog.pg_advisory_unlock(lonnymq._producing_lock_class(), v_key);
-        EXCEPTION WHEN lock_not_available THEN
-            v_settled := false;
-        END;
-        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
-    END IF;
-    IF v_settled THEN
-        RETURN lonnymq.wait_hint_ms(wait_begin.queue);
-    END IF;
-    RETURN least(coalesce(lonnymq.wait_hint_ms(wait_begin.queue), v_patience_ms), v_patience_ms);
-END
-$$;
-COMMENT ON FUNCTION lonnymq.wait_begin(text)
-    IS 'Marks the session as waiting on a queue until wait_end; returns how long to sleep at most.';
-
--- Ends what wait_begin announced (once per wait_begin; nothing if there is
--- nothing to end, such as when wait_begin could not announce).
-CREATE OR REPLACE FUNCTION lonnymq.wait_end(queue text) RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_key integer;
-BEGIN
-    PERFORM lonnymq._check_name(wait_end.queue, 'queue', false);
-    v_key := pg_catalog.hashtext(wait_end.queue);
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
-               WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
-                 AND l.mode = 'ShareLock' AND l.objsubid = 2
-                 AND l.classid = (lonnymq._waiting_lock_class())::pg_catalog.oid
-                 AND l.objid = (v_key)::pg_catalog.oid) THEN
-        PERFORM pg_catalog.pg_advisory_unlock_shared(lonnymq._waiting_lock_class(), v_key);
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION lonnymq.wait_end(text) IS 'Ends a wait_begin announcement.';
 
 -- Checks the invariants the fast paths rely on; one row per violation, none
 -- when healthy. Scans everything: a diagnostic, not for hot paths.
@@ -2642,344 +1969,6 @@ AS $$
     WHERE c.queue_id <> m.queue_id
 $$;
 COMMENT ON FUNCTION lonnymq.verify() IS 'Broken invariants, one row each; empty when healthy.';
--- ===========================================================================
--- Operator controls: pause and resume a channel or a whole queue.
--- A paused channel leaves channel_ready_idx (its predicate says NOT paused)
--- and a paused queue is seen in the queue row message_dequeue reads anyway,
--- so pausing adds no probe to dequeue (SPEC 3.10, 3.15). Work handed out
--- before the pause finishes: it settles normally, and an expired lock is
--- redelivered as usual. Producers keep enqueueing.
--- ===========================================================================
-
--- Sets a channel's paused flag. The row lock waits for a dequeue or settle of
--- the channel in progress (they hold the row briefly); a dequeue that starts
--- later rechecks the flag when it locks the row, so none serves the channel
--- once this commits. Nothing else changes: ready_ms is kept, so resuming
--- puts the channel back exactly where it was in the rotation.
-CREATE OR REPLACE FUNCTION lonnymq._channel_set_paused(p_queue text, p_channel text, p_paused boolean) RETURNS text
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_queue_id integer;
-BEGIN
-    PERFORM lonnymq._check_name(p_queue, 'queue', false);
-    PERFORM lonnymq._check_name(p_channel, 'channel', false);
-    v_queue_id := lonnymq._queue_id(p_queue, false);
-    UPDATE lonnymq.channel c SET paused = p_paused
-    WHERE c.queue_id = v_queue_id AND c.name = p_channel;
-    IF NOT FOUND THEN
-        RETURN 'not_found';
-    END IF;
-    IF NOT p_paused THEN
-        -- Idle workers sleep until told: its waiting work is ready again.
-        PERFORM lonnymq._notify('lonnymq', p_queue, 'resumed');
-    END IF;
-    RETURN CASE WHEN p_paused THEN 'paused' ELSE 'resumed' END;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._channel_set_paused(text, text, boolean) IS 'Pauses or resumes a channel.';
-
--- Stops dequeue from serving a channel. Status: paused, not_found.
-CREATE OR REPLACE FUNCTION lonnymq.channel_pause(queue text, channel text) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN lonnymq._channel_set_paused(channel_pause.queue, channel_pause.channel, true);
-END
-$$;
-COMMENT ON FUNCTION lonnymq.channel_pause(text, text) IS 'Stops serving a channel: paused, not_found.';
-
--- Serves a paused channel again. Status: resumed, not_found.
-CREATE OR REPLACE FUNCTION lonnymq.channel_resume(queue text, channel text) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN lonnymq._channel_set_paused(channel_resume.queue, channel_resume.channel, false);
-END
-$$;
-COMMENT ON FUNCTION lonnymq.channel_resume(text, text) IS 'Serves a paused channel again: resumed, not_found.';
-
--- Sets a queue's paused flag. Dequeue never waits for the queue row (it
--- records the channel-less turn with SKIP LOCKED), so this never blocks it.
--- A dequeue whose snapshot predates the commit may still finish its delivery.
-CREATE OR REPLACE FUNCTION lonnymq._queue_set_paused(p_queue text, p_paused boolean) RETURNS text
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM lonnymq._check_name(p_queue, 'queue', false);
-    UPDATE lonnymq.queue q SET paused = p_paused WHERE q.name = p_queue;
-    IF NOT FOUND THEN
-        RETURN 'not_found';
-    END IF;
-    IF NOT p_paused THEN
-        PERFORM lonnymq._notify('lonnymq', p_queue, 'resumed');
-    END IF;
-    RETURN CASE WHEN p_paused THEN 'paused' ELSE 'resumed' END;
-END
-$$;
-COMMENT ON FUNCTION lonnymq._queue_set_paused(text, boolean) IS 'Pauses or resumes a queue.';
-
--- Stops dequeue from serving a whole queue. Status: paused, not_found.
-CREATE OR REPLACE FUNCTION lonnymq.queue_pause(queue text) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN lonnymq._queue_set_paused(queue_pause.queue, true);
-END
-$$;
-COMMENT ON FUNCTION lonnymq.queue_pause(text) IS 'Stops serving a queue: paused, not_found.';
-
--- Serves a paused queue again. Status: resumed, not_found.
-CREATE OR REPLACE FUNCTION lonnymq.queue_resume(queue text) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN lonnymq._queue_set_paused(queue_resume.queue, false);
-END
-$$;
-COMMENT ON FUNCTION lonnymq.queue_resume(text) IS 'Serves a paused queue again: resumed, not_found.';
--- ===========================================================================
--- Bounded inspection for dashboards and metrics. The views of 80_inspect.sql
--- count every live message; these read the channel rows and walk indexes
--- only as far as count_limit (counts stop there: "10000" means "10000 or
--- more"), so a dashboard refreshing every few seconds over a queue of
--- millions costs the database a few thousand index entries per refresh.
--- SECURITY DEFINER, grantable to a monitoring role like the views.
--- ===========================================================================
-
--- How many unlocked messages of a queue are due (or, p_due false, not yet),
--- counting at most p_limit: channel by channel through message_ready_idx,
--- then the channel-less ones, in one statement that stops at the limit.
-CREATE OR REPLACE FUNCTION lonnymq._count_unlocked(p_queue_id integer, p_due boolean, p_now_ms bigint,
-                                                   p_limit integer) RETURNS bigint
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    -- Two statements, so that the time bound is an index condition either way.
-    IF p_due THEN
-        RETURN (SELECT pg_catalog.count(*) FROM (
-            SELECT 1 FROM lonnymq.channel c
-            CROSS JOIN LATERAL (SELECT 1 FROM lonnymq.message m
-                                WHERE m.queue_id = c.queue_id AND m.channel_id = c.id
-                                  AND m.locked_until_ms IS NULL AND m.dequeue_ms <= p_now_ms) x
-            WHERE c.queue_id = p_queue_id
-            UNION ALL
-            SELECT 1 FROM lonnymq.message m
-            WHERE m.queue_id = p_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-              AND m.dequeue_ms <= p_now_ms
-            LIMIT p_limit) n);
-    END IF;
-    RETURN (SELECT pg_catalog.count(*) FROM (
-        SELECT 1 FROM lonnymq.channel c
-        CROSS JOIN LATERAL (SELECT 1 FROM lonnymq.message m
-                            WHERE m.queue_id = c.queue_id AND m.channel_id = c.id
-                              AND m.locked_until_ms IS NULL AND m.dequeue_ms > p_now_ms) x
-        WHERE c.queue_id = p_queue_id
-        UNION ALL
-        SELECT 1 FROM lonnymq.message m
-        WHERE m.queue_id = p_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-          AND m.dequeue_ms > p_now_ms
-        LIMIT p_limit) n);
-END
-$$;
-COMMENT ON FUNCTION lonnymq._count_unlocked(integer, boolean, bigint, integer)
-    IS 'Bounded count of a queue''s ready or scheduled messages.';
-
--- Milliseconds the next message of a channel (NULL: the channel-less ones)
--- has been ready: the one dequeue would serve next. NULL when none is due.
-CREATE OR REPLACE FUNCTION lonnymq._head_age_ms(p_queue_id integer, p_channel_id bigint, p_now_ms bigint)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_head lonnymq.message;
-BEGIN
-    IF p_channel_id IS NULL THEN
-        SELECT m.* INTO v_head FROM lonnymq.message m
-        WHERE m.queue_id = p_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-          AND m.dequeue_ms <= p_now_ms
-        ORDER BY m.dequeue_ms, m.id
-        LIMIT 1;
-    ELSE
-        SELECT m.* INTO v_head FROM lonnymq.message m
-        WHERE m.queue_id = p_queue_id AND m.channel_id = p_channel_id AND m.locked_until_ms IS NULL
-          AND m.dequeue_ms <= p_now_ms
-        ORDER BY m.dequeue_ms, m.id
-        LIMIT 1;
-    END IF;
-    IF v_head.id IS NULL THEN
-        RETURN NULL;
-    END IF;
-    -- A priority message is due from its creation (see _dequeue_at).
-    RETURN greatest(0, p_now_ms - (v_head.dequeue_ms + v_head.priority::bigint * lonnymq._priority_step_ms()));
-END
-$$;
-COMMENT ON FUNCTION lonnymq._head_age_ms(integer, bigint, bigint) IS 'How long the next message of a channel has been ready.';
-
--- One row per queue: channels, bounded counts, and the longest wait of a
--- channel's next message. Reads every channel row of every queue (one per
--- tenant), never every message.
-CREATE OR REPLACE FUNCTION lonnymq.queue_summary(count_limit integer DEFAULT 10000)
-RETURNS TABLE (queue text, paused boolean, channels bigint, ready bigint, scheduled bigint, locked bigint,
-               archived bigint, oldest_ready_ms bigint)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_queue lonnymq.queue;
-    v_now_ms bigint := lonnymq._now_ms();
-BEGIN
-    IF queue_summary.count_limit IS NULL OR queue_summary.count_limit NOT BETWEEN 1 AND 1000000 THEN
-        PERFORM lonnymq._invalid('count_limit must be between 1 and 1000000');
-    END IF;
-    FOR v_queue IN SELECT q.* FROM lonnymq.queue q ORDER BY q.name LOOP
-        queue := v_queue.name;
-        paused := v_queue.paused;
-        SELECT pg_catalog.count(*), pg_catalog.max(lonnymq._head_age_ms(v_queue.id, c.id, v_now_ms))
-                                        FILTER (WHERE c.head_ms <= v_now_ms)
-        INTO channels, oldest_ready_ms
-        FROM lonnymq.channel c WHERE c.queue_id = v_queue.id;
-        oldest_ready_ms := greatest(oldest_ready_ms, lonnymq._head_age_ms(v_queue.id, NULL, v_now_ms));
-        ready := lonnymq._count_unlocked(v_queue.id, true, v_now_ms, queue_summary.count_limit);
-        scheduled := lonnymq._count_unlocked(v_queue.id, false, v_now_ms, queue_summary.count_limit);
-        SELECT pg_catalog.count(*) INTO locked FROM (
-            SELECT 1 FROM lonnymq.message m
-            WHERE m.queue_id = v_queue.id AND m.locked_until_ms IS NOT NULL
-            LIMIT queue_summary.count_limit) x;
-        SELECT pg_catalog.count(*) INTO archived FROM (
-            SELECT 1 FROM lonnymq.message_archive a WHERE a.queue = v_queue.name
-            LIMIT queue_summary.count_limit) x;
-        RETURN NEXT;
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION lonnymq.queue_summary(integer)
-    IS 'Per queue: channels, counts bounded by count_limit, oldest ready age; for dashboards.';
-
--- The channels of a queue, those that need attention first: saturated ones
--- (max_concurrency reached), then by how long their next message has
--- waited, then by name. Sorting reads the queue's channel rows only; the
--- counts of the max_channels returned are bounded by count_limit.
-CREATE OR REPLACE FUNCTION lonnymq.channel_summary(queue text, max_channels integer DEFAULT 100,
-                                                   count_limit integer DEFAULT 1000)
-RETURNS TABLE (channel text, paused boolean, explicit boolean, max_concurrency integer, release_interval_ms bigint,
-               max_size bigint, max_attempts integer, retain_completed boolean, in_flight bigint, ready bigint,
-               scheduled bigint, live bigint, oldest_ready_ms bigint, saturated boolean)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_queue_id integer;
-    v_now_ms bigint := lonnymq._now_ms();
-    v_limit integer := channel_summary.count_limit;
-BEGIN
-    PERFORM lonnymq._check_name(channel_summary.queue, 'queue', false);
-    IF channel_summary.max_channels IS NULL OR channel_summary.max_channels NOT BETWEEN 1 AND 10000 THEN
-        PERFORM lonnymq._invalid('max_channels must be between 1 and 10000');
-    END IF;
-    IF v_limit IS NULL OR v_limit NOT BETWEEN 1 AND 1000000 THEN
-        PERFORM lonnymq._invalid('count_limit must be between 1 and 1000000');
-    END IF;
-    SELECT q.id INTO v_queue_id FROM lonnymq.queue q WHERE q.name = channel_summary.queue;
-    RETURN QUERY
-    SELECT c.name, c.paused, c.explicit, c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts,
-           c.retain_completed,
-           CASE WHEN lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
-                THEN c.locked_count::bigint
-                ELSE (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.message m
-                                                      WHERE m.channel_id = c.id AND m.locked_until_ms IS NOT NULL
-                                                      LIMIT v_limit) x) END,
-           (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.message m
-                                             WHERE m.queue_id = c.queue_id AND m.channel_id = c.id
-                                               AND m.locked_until_ms IS NULL AND m.dequeue_ms <= v_now_ms
-                                             LIMIT v_limit) x),
-           (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.message m
-                                             WHERE m.queue_id = c.queue_id AND m.channel_id = c.id
-                                               AND m.locked_until_ms IS NULL AND m.dequeue_ms > v_now_ms
-                                             LIMIT v_limit) x),
-           (SELECT a.admitted - c.removed_count FROM lonnymq.channel_admission a WHERE a.channel_id = c.id),
-           lonnymq._head_age_ms(c.queue_id, c.id, v_now_ms),
-           c.saturated
-    FROM (SELECT c.*, (c.max_concurrency IS NOT NULL AND c.locked_count >= c.max_concurrency) AS saturated
-          FROM lonnymq.channel c
-          WHERE c.queue_id = v_queue_id
-          ORDER BY 2 DESC, c.head_ms NULLS LAST, c.name
-          LIMIT channel_summary.max_channels) c
-    ORDER BY c.saturated DESC, c.head_ms NULLS LAST, c.name;
-END
-$$;
-COMMENT ON FUNCTION lonnymq.channel_summary(text, integer, integer)
-    IS 'Channels of a queue, saturated and longest-waiting first, with bounded counts; for dashboards.';
-
--- Up to max_messages live messages of one channel of a queue (channel NULL:
--- the channel-less ones), without their content: state 'ready' or
--- 'scheduled' in dequeue order, NULL for both, 'locked' by lock expiry (with
--- channel NULL: every locked message of the queue). One index range each.
-CREATE OR REPLACE FUNCTION lonnymq.message_browse(queue text, channel text DEFAULT NULL, state text DEFAULT NULL,
-                                                  max_messages integer DEFAULT 50)
-RETURNS TABLE (id bigint, message_channel text, num_attempts bigint, dequeue_at timestamptz, locked_until timestamptz,
-               created_at timestamptz, priority integer, dedup_key text, content_bytes integer)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_queue_id integer;
-    v_channel_id bigint;
-    v_now_ms bigint := lonnymq._now_ms();
-    v_ids bigint[];
-BEGIN
-    PERFORM lonnymq._check_name(message_browse.queue, 'queue', false);
-    PERFORM lonnymq._check_name(message_browse.channel, 'channel', true);
-    IF message_browse.state IS NOT NULL AND message_browse.state NOT IN ('ready', 'scheduled', 'locked') THEN
-        PERFORM lonnymq._invalid(pg_catalog.format('state must be ready, scheduled, locked or NULL, got %s',
-                                                   message_browse.state));
-    END IF;
-    IF message_browse.max_messages IS NULL OR message_browse.max_messages NOT BETWEEN 1 AND 10000 THEN
-        PERFORM lonnymq._invalid('max_messages must be between 1 and 10000');
-    END IF;
-    SELECT q.id INTO v_queue_id FROM lonnymq.queue q WHERE q.name = message_browse.queue;
-    IF message_browse.channel IS NOT NULL THEN
-        SELECT c.id INTO v_channel_id FROM lonnymq.channel c
-        WHERE c.queue_id = v_queue_id AND c.name = message_browse.channel;
-        IF v_channel_id IS NULL THEN
-            RETURN;
-        END IF;
-    END IF;
-    IF message_browse.state = 'locked' THEN
-        SELECT pg_catalog.array_agg(x.id ORDER BY x.locked_until_ms, x.id) INTO v_ids
-        FROM (SELECT m.id, m.locked_until_ms FROM lonnymq.message m
-              WHERE m.queue_id = v_queue_id AND m.locked_until_ms IS NOT NULL
-                AND (v_channel_id IS NULL OR m.channel_id = v_channel_id)
-              ORDER BY m.locked_until_ms, m.id
-              LIMIT message_browse.max_messages) x;
-    ELSIF v_channel_id IS NULL THEN
-        SELECT pg_catalog.array_agg(x.id ORDER BY x.dequeue_ms, x.id) INTO v_ids
-        FROM (SELECT m.id, m.dequeue_ms FROM lonnymq.message m
-              WHERE m.queue_id = v_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-                AND m.dequeue_ms > CASE WHEN message_browse.state = 'scheduled' THEN v_now_ms ELSE -9223372036854775807 END
-                AND m.dequeue_ms <= CASE WHEN message_browse.state = 'ready' THEN v_now_ms ELSE 9223372036854775807 END
-              ORDER BY m.dequeue_ms, m.id
-              LIMIT message_browse.max_messages) x;
-    ELSE
-        SELECT pg_catalog.array_agg(x.id ORDER BY x.dequeue_ms, x.id) INTO v_ids
-        FROM (SELECT m.id, m.dequeue_ms FROM lonnymq.message m
-              WHERE m.queue_id = v_queue_id AND m.channel_id = v_channel_id AND m.locked_until_ms IS NULL
-                AND m.dequeue_ms > CASE WHEN message_browse.state = 'scheduled' THEN v_now_ms ELSE -9223372036854775807 END
-                AND m.dequeue_ms <= CASE WHEN message_browse.state = 'ready' THEN v_now_ms ELSE 9223372036854775807 END
-              ORDER BY m.dequeue_ms, m.id
-              LIMIT message_browse.max_messages) x;
-    END IF;
-    RETURN QUERY
-    SELECT m.id, c.name, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-           'epoch'::timestamptz + m.locked_until_ms * '1 millisecond'::interval,
-           m.created_at, m.priority, m.dedup_key, pg_catalog.octet_length(m.content)
-    FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(id, n)
-    JOIN lonnymq.message m ON m.id = u.id
-    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
-    ORDER BY u.n;
-END
-$$;
-COMMENT ON FUNCTION lonnymq.message_browse(text, text, text, integer)
-    IS 'A page of live messages of a channel, by state, without content; for dashboards.';
 -- ===========================================================================
 -- Periodic work through pg_cron (optional). Everything else works without
 -- pg_cron; these functions say clearly when it is missing. They run as the
@@ -3067,7 +2056,10 @@ BEGIN
     IF maintenance_schedule.cron IS NULL OR pg_catalog.length(maintenance_schedule.cron) = 0 THEN
         PERFORM lonnymq._invalid('cron must be a cron schedule such as ''*/10 * * * *''');
     END IF;
-    PERFORM lonnymq._check_age(maintenance_schedule.archive_retention, 'archive_retention');
+    IF maintenance_schedule.archive_retention IS NULL OR maintenance_schedule.archive_retention < '0'::interval
+       OR NOT pg_catalog.isfinite(maintenance_schedule.archive_retention) THEN
+        PERFORM lonnymq._invalid('archive_retention must be a finite interval of 0 or more');
+    END IF;
     PERFORM lonnymq._require_pg_cron();
     BEGIN
         v_job_id := cron.schedule('lonnymq-maintenance', maintenance_schedule.cron,
@@ -3123,5 +2115,4 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA lonnymq FROM PUBLIC;
 -- The validators that the SECURITY INVOKER pg_cron functions call. They only
 -- inspect their arguments; reaching them still needs USAGE on the schema.
 GRANT EXECUTE ON FUNCTION lonnymq._invalid(text), lonnymq._check_name(text, text, boolean),
-    lonnymq._check_create(bytea, bigint, integer, text), lonnymq._check_age(interval, text),
-    lonnymq._require_pg_cron() TO PUBLIC;
+    lonnymq._check_create(bytea, bigint, integer, text), lonnymq._require_pg_cron() TO PUBLIC;

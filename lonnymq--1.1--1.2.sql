@@ -3,9 +3,6 @@
 -- Generated into lonnymq--1.1--1.2.sql by `make scripts`: this hand-written
 -- part changes tables and drops what 1.2 no longer has; the function, view
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
--- 1.1 was shipped twice with different install texts (the first release,
--- and the one frozen in lonnymq--1.1.sql, which already had some of what
--- follows): every step here checks what is there, so both update alike.
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.2'" to load this file. \quit
 
 -- A schema that another role than the extension's owner owns lets that role
@@ -33,27 +30,13 @@ $guard$;
 
 -- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
 -- claim helper is gone.
-DROP FUNCTION IF EXISTS lonnymq._claim(bigint, bigint);
--- The steps return the ids they claim (plain values, not rows): a new
--- result type, so the ones a 1.1 install has are dropped and created again.
-DROP FUNCTION IF EXISTS lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer);
-DROP FUNCTION IF EXISTS lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer);
-DROP FUNCTION IF EXISTS lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, integer, bigint);
-DROP FUNCTION IF EXISTS lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer);
-DROP FUNCTION IF EXISTS lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer);
+DROP FUNCTION lonnymq._claim(bigint, bigint);
 
 -- One word per concept: "channel-less" for messages without a channel (not
 -- "nochannel" or "free": a free channel is one nobody holds), and _notify's
 -- first argument is the LISTEN channel, not a queue channel.
-DO $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_attribute
-               WHERE attrelid = 'lonnymq.queue'::regclass AND attname = 'nochannel_turn_ms') THEN
-        ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
-        ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
-    END IF;
-END
-$$;
+ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
+ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
 -- PostgreSQL 18 catalogs NOT NULL as constraints named TABLE_COLUMN_not_null,
 -- and a column rename keeps the old name: give them a fresh install's names
 -- (before 18 there are no such constraints and this does nothing).
@@ -72,26 +55,26 @@ BEGIN
     END LOOP;
 END
 $$;
-ALTER INDEX IF EXISTS lonnymq.message_free_idx RENAME TO message_channelless_idx;
-DROP FUNCTION IF EXISTS lonnymq._notify(text, text, text);
+ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
+DROP FUNCTION lonnymq._notify(text, text, text);
 
 -- Channels are coordinated through their rows, which no outside role can
 -- lock, instead of advisory locks any role can take (see _pin_channel).
-DROP FUNCTION IF EXISTS lonnymq._channel_of_settle(lonnymq.message);
-DROP FUNCTION IF EXISTS lonnymq._channel_share(integer, text, boolean);
-DROP FUNCTION IF EXISTS lonnymq._lock_class();
+DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
+DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
+DROP FUNCTION lonnymq._lock_class();
 
 -- Dedup keys are scoped to their channel (the queue's channel-less messages
 -- share one scope): one tenant's key no longer answers another tenant's create.
 DROP INDEX lonnymq.message_dedup_idx;
 CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
     WHERE dedup_key IS NOT NULL;
-DROP FUNCTION IF EXISTS lonnymq._live_duplicate(integer, text);
+DROP FUNCTION lonnymq._live_duplicate(integer, text);
 
 -- Idempotency keys are scoped to the queue and the channels of the batch.
 -- Keys recorded by 1.0 keep an empty digest, which message_create_batch
 -- still treats as queue-wide, so a retry across the upgrade is not repeated.
-ALTER TABLE lonnymq.batch ADD COLUMN IF NOT EXISTS channels_digest bytea NOT NULL DEFAULT '';
+ALTER TABLE lonnymq.batch ADD COLUMN channels_digest bytea NOT NULL DEFAULT '';
 ALTER TABLE lonnymq.batch ALTER COLUMN channels_digest DROP DEFAULT;
 ALTER TABLE lonnymq.batch DROP CONSTRAINT batch_pkey;
 ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_digest);
@@ -106,8 +89,8 @@ ALTER TABLE lonnymq.channel SET (fillfactor = 20);
 
 -- Operator controls (85_operate.sql): paused queues and channels. A paused
 -- channel leaves the ready index and is never swept.
-ALTER TABLE lonnymq.queue ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
-ALTER TABLE lonnymq.channel ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+ALTER TABLE lonnymq.queue ADD COLUMN paused boolean NOT NULL DEFAULT false;
+ALTER TABLE lonnymq.channel ADD COLUMN paused boolean NOT NULL DEFAULT false;
 DROP INDEX lonnymq.channel_ready_idx;
 CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
     WHERE ready_ms IS NOT NULL AND NOT paused;
@@ -117,11 +100,11 @@ CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
 -- archive_prune takes an optional queue, channel and outcome filter: a new
 -- signature (an overload would make archive_prune('7 days') ambiguous).
 -- Its GRANTs, if any were given, must be given again.
-DROP FUNCTION IF EXISTS lonnymq.archive_prune(interval);
+DROP FUNCTION lonnymq.archive_prune(interval);
 
 -- Periodic messages are listed through an index of their channels only
 -- (86_dashboard.sql, periodic_summary).
-CREATE INDEX IF NOT EXISTS channel_periodic_idx ON lonnymq.channel (queue_id, name)
+CREATE INDEX channel_periodic_idx ON lonnymq.channel (queue_id, name)
     WHERE pg_catalog.starts_with(name, 'lonnymq.every:');
 -- ===========================================================================
 -- Advisory lock keys of channels. Defined before the tables: the channel
@@ -1196,9 +1179,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Its statements over the arrays are planned once for every size (see
--- message_complete_batch); _create_set plans its deciding statement per call.
-SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1282,10 +1262,8 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- status and id of each element, in input order; sends no wake-up (the
 -- caller sends one).
 --
--- The deciding statement is planned for each call (EXECUTE): a set holds 1
--- to 100000 elements, and one cached generic plan would fit none of them
--- well. The plain path is one cached plan (planning it cost more than a
--- small batch itself).
+-- The statements are planned for each call (EXECUTE): a set holds 1 to
+-- 100000 elements, and one cached generic plan would fit none of them well.
 --
 -- Without dedup keys or capped channels: one INSERT ... SELECT and one hint
 -- per channel. Otherwise one statement decides every element from one
@@ -1336,28 +1314,30 @@ BEGIN
                          AND c.max_size IS NOT NULL) THEN
         -- Every element is created. Ids follow input order (the INSERT draws
         -- them in ORDER BY order), so sorting them restores the input order.
-        -- (A plain statement, planned once: its plan fits every size.)
-        WITH created AS (
-            INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
-            SELECT p_queue_id, c.id, u.content,
-                   coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, p_now_ms)
-            FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_contents),
-                            pg_catalog.unnest(p_dequeue_ats)) WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
-            LEFT JOIN lonnymq.channel c ON c.queue_id = p_queue_id AND c.name = u.channel
-            ORDER BY u.ord
-            RETURNING m.id, m.channel_id, m.dequeue_ms
-        ), hinted AS (
-            -- One hint per channel, at its earliest new message, covers
-            -- them all; none where that is not earlier than a held head.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT p_queue_id, k.channel_id, k.first_ms
-            FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
-                  FROM created k WHERE k.channel_id IS NOT NULL
-                  GROUP BY k.channel_id) k
-            JOIN lonnymq.channel c ON c.id = k.channel_id
-            WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
-        )
-        SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
+        EXECUTE pg_catalog.format($q$
+            WITH created AS (
+                INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
+                SELECT $5, c.id, u.content,
+                       coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, $7)
+                FROM %s
+                LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel
+                ORDER BY u.ord
+                RETURNING m.id, m.channel_id, m.dequeue_ms
+            ), hinted AS (
+                -- One hint per channel, at its earliest new message, covers
+                -- them all; none where that is not earlier than a held head.
+                INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+                SELECT $5, k.channel_id, k.first_ms
+                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+                      FROM created k WHERE k.channel_id IS NOT NULL
+                      GROUP BY k.channel_id) k
+                JOIN lonnymq.channel c ON c.id = k.channel_id
+                WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+            )
+            SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') FROM created k
+            $q$, v_source)
+        INTO ids
+        USING p_channels, p_contents, p_dequeue_ats, p_dedup_keys, p_queue_id, p_head_held, p_now_ms;
         statuses := pg_catalog.array_fill('created'::text, ARRAY[pg_catalog.cardinality(ids)]);
         RETURN;
     END IF;
@@ -1850,15 +1830,12 @@ BEGIN
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
-        -- Whether it was the channel's last due message: none follows it.
-        -- Only a hint for whether to raise the head (the raise reads afresh
-        -- under the head lock), so it looks past the claimed one only: the
-        -- entries before it are those claimed since the last vacuum, which
-        -- a busy channel accumulates by the thousand.
+        -- Whether it was the channel's last due message (this statement's
+        -- snapshot still shows it unlocked, hence "another"). Only a hint for
+        -- whether to raise the head: the raise reads afresh under the head lock.
         RETURNING m.id, NOT EXISTS (SELECT 1 FROM lonnymq.message o
                                     WHERE o.queue_id = p_queue.id AND o.channel_id = v_channel.id
-                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
-                                      AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id))
+                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms AND o.id <> m.id)
         INTO v_id, v_drained;
         IF NOT FOUND THEN
             PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
@@ -2107,25 +2084,15 @@ BEGIN
               AND m.dequeue_ms <= v_now_ms
             ORDER BY m.dequeue_ms, m.id
             LIMIT 1) AS free_ms,
-           -- (Earliest first and bounded by now, so that each is one probe of
-           -- its ordered index.)
+           -- (Earliest first, so that each is one probe of its ordered index.)
            (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-            WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms
-            ORDER BY h.dequeue_ms LIMIT 1) IS NOT NULL AS hinted,
-           -- (Bounded by now: the scan stops at the first lock not yet
-           -- expired. Unbounded, it stepped over the entry every completed
-           -- message leaves in the index until the next vacuum, before the
-           -- first live lock: dead entries sort first, their locks having
-           -- been taken earlier. Workload 5's "completed" shape.)
+            WHERE h.queue_id = q.id ORDER BY h.dequeue_ms LIMIT 1) <= v_now_ms AS hinted,
            (SELECT m.locked_until_ms FROM lonnymq.message m
-            WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
-            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- (A channel held by another dequeuer is ready here too. Ordered,
-           -- so that it is one probe of the scheduler index, never a scan of
-           -- the channel table and its dead row versions.)
-           (SELECT c.ready_ms FROM lonnymq.channel c
-            WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused
-            ORDER BY c.ready_ms LIMIT 1) IS NOT NULL AS channels_ready
+            WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
+            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired,
+           -- (A channel held by another dequeuer is ready here too.)
+           EXISTS (SELECT 1 FROM lonnymq.channel c
+                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_row
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
     IF v_row IS NULL THEN
@@ -2203,15 +2170,25 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- The deliveries, in the order they were claimed (one plan for every
-    -- count: see plan_cache_mode above).
-    RETURN QUERY
-    SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-           o.n <= v_recovered
-    FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
-    JOIN lonnymq.message m ON m.id = o.id
-    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
-    ORDER BY o.n;
+    -- The deliveries, in the order they were claimed. One id (the common
+    -- case) is read by its key: the plan over an array is re-planned on every
+    -- call (the planner prefers one for the array's actual length), which
+    -- costs more than the whole read.
+    IF pg_catalog.cardinality(v_ids) = 1 THEN
+        RETURN QUERY
+        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+               v_recovered = 1
+        FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+        WHERE m.id = v_ids[1];
+    ELSIF pg_catalog.cardinality(v_ids) > 1 THEN
+        RETURN QUERY
+        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+               o.n <= v_recovered
+        FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
+        JOIN lonnymq.message m ON m.id = o.id
+        LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+        ORDER BY o.n;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)

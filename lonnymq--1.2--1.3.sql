@@ -964,9 +964,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create(
     OUT id bigint
 )
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1080,9 +1077,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 -- Its statements over the arrays are planned once for every size (see
 -- message_complete_batch); _create_set plans its deciding statement per call.
 SET plan_cache_mode = force_generic_plan
@@ -1230,9 +1224,7 @@ BEGIN
                    coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, p_now_ms)
             FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_contents),
                             pg_catalog.unnest(p_dequeue_ats)) WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
-            -- (Each channel by key, see message_dequeue's final read.)
-            LEFT JOIN LATERAL (SELECT c.id FROM lonnymq.channel c
-                               WHERE c.queue_id = p_queue_id AND c.name = u.channel LIMIT 1) c ON true
+            LEFT JOIN lonnymq.channel c ON c.queue_id = p_queue_id AND c.name = u.channel
             ORDER BY u.ord
             RETURNING m.id, m.channel_id, m.dequeue_ms
         ), hinted AS (
@@ -1243,8 +1235,7 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
                   FROM created k WHERE k.channel_id IS NOT NULL
                   GROUP BY k.channel_id) k
-            -- (By key, see message_dequeue's final read.)
-            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
+            JOIN lonnymq.channel c ON c.id = k.channel_id
             WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
@@ -1254,9 +1245,9 @@ BEGIN
 
     -- Admission rows of capped channels, in id order (as every producer takes them).
     PERFORM 1 FROM lonnymq.channel_admission a
-    WHERE a.channel_id = ANY (ARRAY(
+    WHERE a.channel_id IN (
         SELECT c.id FROM lonnymq.channel c
-        WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names) AND c.max_size IS NOT NULL))
+        WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names) AND c.max_size IS NOT NULL)
     ORDER BY a.channel_id
     FOR UPDATE;
 
@@ -1268,19 +1259,14 @@ BEGIN
                          CASE WHEN u.dedup_key IS NULL THEN u.ord
                               ELSE pg_catalog.min(u.ord) OVER (PARTITION BY c.id, u.dedup_key) END AS leader
                   FROM %1$s
-                  -- (Rows of tables by key, see message_dequeue's final read.)
-                  LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
-                                     WHERE c.queue_id = $5 AND c.name = u.channel LIMIT 1) c ON true) b
-            LEFT JOIN LATERAL (SELECT m.id FROM lonnymq.message m
-                               WHERE b.dedup_key IS NOT NULL AND b.ord = b.leader
-                                 AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
-                                 AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
-                               LIMIT 1) m ON true
+                  LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel) b
+            LEFT JOIN lonnymq.message m
+                   ON b.dedup_key IS NOT NULL AND b.ord = b.leader
+                  AND m.queue_id = $5 AND coalesce(m.channel_id, 0) = coalesce(b.channel_id, 0)
+                  AND m.dedup_key = b.dedup_key AND m.dedup_key IS NOT NULL
         ), room AS (
             SELECT c.id, c.max_size - (a.admitted - c.removed_count) AS free
-            FROM lonnymq.channel c
-            CROSS JOIN LATERAL (SELECT a.admitted FROM lonnymq.channel_admission a
-                                WHERE a.channel_id = c.id LIMIT 1) a
+            FROM lonnymq.channel c JOIN lonnymq.channel_admission a ON a.channel_id = c.id
             WHERE c.queue_id = $5 AND c.name = ANY ($8) AND c.max_size IS NOT NULL
         ), candidate AS (
             -- Candidates are numbered per channel in input order.
@@ -1318,8 +1304,7 @@ BEGIN
             FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
                   FROM created k WHERE k.channel_id IS NOT NULL
                   GROUP BY k.channel_id) k
-            -- (By key, see message_dequeue's final read.)
-            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
+            JOIN lonnymq.channel c ON c.id = k.channel_id
             WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
         ), admitted AS (
             UPDATE lonnymq.channel_admission a SET admitted = a.admitted + k.n
@@ -1348,10 +1333,8 @@ BEGIN
         -- decided again below.
         OPEN v_new FOR SELECT m.id, c.name AS channel, m.dedup_key
                        FROM pg_catalog.unnest(v_by_rank) AS k(id)
-                       CROSS JOIN LATERAL (SELECT m.id, m.channel_id, m.dedup_key FROM lonnymq.message m
-                                           WHERE m.id = k.id LIMIT 1) m
-                       LEFT JOIN LATERAL (SELECT c.name FROM lonnymq.channel c
-                                          WHERE c.id = m.channel_id LIMIT 1) c ON true
+                       JOIN lonnymq.message m ON m.id = k.id
+                       LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
                        ORDER BY m.id;
         v_fixed := '{}';
         FETCH v_new INTO v_next;
@@ -1445,9 +1428,9 @@ BEGIN
     END IF;
 
     -- New channels pay for the sweep of idle ones, once, before any is taken.
-    -- (Each name by key: a scalar subquery, never an anti-join over the table.)
     IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_names) AS n
-               WHERE (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n) IS NULL) THEN
+               WHERE NOT EXISTS (
+                   SELECT 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n)) THEN
         PERFORM lonnymq.channel_sweep(2);
     END IF;
     -- Take every channel first: the existing ones pinned in one statement
@@ -1499,8 +1482,7 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 -- claims as many messages as it can in one or two statements:
 --   _dequeue_expired      redeliver messages whose lock expired
 --   _dequeue_round        a round of free channels: lock the fairest, claim
---                         one head each, record every turn (a round of
---                         several: _serve_round, a statement per step)
+--                         one head each, record every turn
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
 --   _dequeue_held         messages of channels another dequeuer holds
 -- Each step is a few plain statements, each touching a handful of rows
@@ -1632,9 +1614,8 @@ BEGIN
             UPDATE lonnymq.message m
             SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
             WHERE m.id = ANY (v_expired)
-              -- (Its channel by key, a scalar subquery: see the final read.)
-              AND NOT coalesce((SELECT m.num_attempts >= c.max_attempts FROM lonnymq.channel c
-                                WHERE c.id = m.channel_id), false)
+              AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                              WHERE c.id = m.channel_id AND m.num_attempts >= c.max_attempts)
             RETURNING m.id
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY pg_catalog.array_position(v_expired, k.id)), '{}')
@@ -1642,8 +1623,7 @@ BEGIN
         v_ids := v_ids || v_claimed;
         -- The rest are out of attempts: dead-lettered, then their places refilled.
         FOR v_dying IN
-            SELECT m AS message, x.channel FROM lonnymq.message m
-            CROSS JOIN LATERAL (SELECT c AS channel FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) x
+            SELECT m AS message, c AS channel FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
             WHERE m.id = ANY (v_expired) AND m.locked_until_ms <= p_now_ms
             ORDER BY m.locked_until_ms, m.id
         LOOP
@@ -1685,106 +1665,6 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean)
     IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
 
--- A round of several channels, served as single dequeues in a row would be
--- (see _dequeue_round), with a statement per step instead of two per channel:
--- the heads claimed in one statement (LATERAL ... LIMIT 1: one probe of each
--- channel, never a join over the table), the turns recorded in another. That
--- saves a batch of 100 about a third of its server CPU per message
--- (bench/README.md); a round of one channel, every single dequeue, stays on
--- the two plain statements of _dequeue_round, which cost it less than these
--- (9% more per single dequeue, measured).
-CREATE OR REPLACE FUNCTION lonnymq._serve_round(p_queue lonnymq.queue, p_round lonnymq.channel[], p_now_ms bigint,
-                                                p_lock_ms bigint, p_raises integer,
-                                                OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
-                                                OUT raised integer)
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_channel lonnymq.channel;
-    v_claimed bigint[];    -- per channel of the round, in its order: the message claimed, or NULL
-    v_drained boolean[];   -- ... and whether it was the channel's last due message
-    v_i integer := 0;
-    v_raise boolean;
-    v_head_ms bigint;
-    -- per channel served, in round order: its head raised, the raised head, its turn number
-    v_raises boolean[] := '{}';
-    v_heads bigint[] := '{}';
-    v_seqs bigint[] := '{}';
-BEGIN
-    ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
-    FOREACH v_channel IN ARRAY p_round LOOP
-        IF v_channel.max_attempts IS NOT NULL THEN
-            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
-        END IF;
-    END LOOP;
-    -- (The claimed rows put back in the round's order by a join of the two
-    -- lists; the drained probe as in _dequeue_round.)
-    WITH claimed AS (
-        UPDATE lonnymq.message m
-        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        WHERE m.id = ANY (ARRAY(
-            SELECT h.id FROM pg_catalog.unnest(p_round) AS r
-            CROSS JOIN LATERAL (SELECT h.id FROM lonnymq.message h
-                                WHERE h.queue_id = p_queue.id AND h.channel_id = r.id
-                                  AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
-                                  AND (r.max_attempts IS NULL OR h.num_attempts < r.max_attempts)
-                                ORDER BY h.dequeue_ms, h.id
-                                LIMIT 1
-                                FOR UPDATE SKIP LOCKED) h))
-        RETURNING m.id, m.channel_id,
-                  NOT EXISTS (SELECT 1 FROM lonnymq.message o
-                              WHERE o.queue_id = p_queue.id AND o.channel_id = m.channel_id
-                                AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
-                                AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id)) AS drained
-    )
-    SELECT pg_catalog.array_agg(k.id ORDER BY r.ordinality), pg_catalog.array_agg(k.drained ORDER BY r.ordinality)
-    INTO v_claimed, v_drained
-    FROM pg_catalog.unnest(p_round) WITH ORDINALITY AS r  -- (a row per channel: its columns, then ordinality)
-    LEFT JOIN claimed k ON k.channel_id = r.id;
-    FOREACH v_channel IN ARRAY p_round LOOP
-        v_i := v_i + 1;
-        IF v_claimed[v_i] IS NULL THEN
-            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
-            raised := raised + 1;
-            tried := tried || v_channel.id;
-            CONTINUE;
-        END IF;
-        -- (Its head raised as in _dequeue_round.)
-        v_raise := v_drained[v_i] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
-        raised := raised + v_raise::integer;
-        v_head_ms := NULL;
-        IF v_raise THEN
-            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
-        ids := ids || v_claimed[v_i];
-        served := served || v_channel.id;
-        v_raises := v_raises || v_raise;
-        v_heads := v_heads || v_head_ms;
-        v_seqs := v_seqs || pg_catalog.nextval('lonnymq.turn_seq');  -- drawn in round order
-    END LOOP;
-    IF pg_catalog.cardinality(served) = 0 THEN
-        RETURN;
-    END IF;
-    -- Every turn, each row by its key, its values at its place in the round
-    -- (array_position: a slice has at most 100 channels, see _dequeue_round).
-    UPDATE lonnymq.channel c
-    SET (locked_count, last_turn_ms, turn_seq, head_ms, ready_ms) = (
-        SELECT t.locked_count, p_now_ms, t.seq, t.head_ms,
-               lonnymq._ready_ms(t.head_ms, p_now_ms, c.release_interval_ms, t.locked_count, c.max_concurrency, t.seq)
-        FROM (SELECT c.locked_count + lonnymq._accounted(c.max_concurrency, c.release_interval_ms,
-                                                         c.max_size)::integer AS locked_count,
-                     v_seqs[p.n] AS seq,
-                     CASE WHEN v_raises[p.n] THEN v_heads[p.n] ELSE c.head_ms END AS head_ms
-              FROM (SELECT pg_catalog.array_position(served, c.id) AS n) p) t)
-    WHERE c.id = ANY (served);
-END
-$$;
-COMMENT ON FUNCTION lonnymq._serve_round(lonnymq.queue, lonnymq.channel[], bigint, bigint, integer)
-    IS 'Dequeue round of several channels: their heads claimed and their turns recorded, a statement each.';
-
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
 -- other transaction holds, in one statement (only those in p_only when given,
 -- only those fairer than the channel-less key p_channelless_ms when given), then
@@ -1795,8 +1675,7 @@ COMMENT ON FUNCTION lonnymq._serve_round(lonnymq.queue, lonnymq.channel[], bigin
 -- if it can be, and comes back in `tried`. At most p_raises heads are raised
 -- (each holds an advisory lock until commit, and the lock table is shared
 -- and finite); past that, heads stay early, which is safe. `raised` counts
--- the head locks used. A round of several channels is served by
--- _serve_round, set-based; this loop serves a round of one.
+-- the head locks used.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
                                                   p_only bigint[], p_raises integer,
@@ -1813,8 +1692,6 @@ DECLARE
     v_raise boolean;
     v_head_ms bigint;  -- the raised head, read under the head lock
     v_seq bigint;
-    v_from integer;
-    v_slice record;
 BEGIN
     ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
     IF p_only IS NULL THEN
@@ -1838,20 +1715,6 @@ BEGIN
               ORDER BY c.ready_ms, c.turn_seq, c.id
               LIMIT p_want
               FOR NO KEY UPDATE SKIP LOCKED) r;
-    END IF;
-    -- Several channels: set-based, 100 at a time (the turns' statement reads
-    -- the slice's arrays once per row: a round of 10,000 channels in one
-    -- slice took 9 s, against 3.4 s one channel at a time).
-    IF pg_catalog.cardinality(v_round) > 1 THEN
-        FOR v_from IN 1 .. pg_catalog.cardinality(v_round) BY 100 LOOP
-            v_slice := lonnymq._serve_round(p_queue, v_round[v_from : v_from + 99], p_now_ms, p_lock_ms,
-                                            p_raises - raised);
-            ids := ids || v_slice.ids;
-            served := served || v_slice.served;
-            tried := tried || v_slice.tried;
-            raised := raised + v_slice.raised;
-        END LOOP;
-        RETURN;
     END IF;
     FOREACH v_channel IN ARRAY v_round LOOP
         IF v_channel.max_attempts IS NOT NULL THEN
@@ -2083,9 +1946,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, m
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 -- One plan per statement for every call of the steps too: a custom plan that
 -- knows a LIMIT or an array's length looks cheaper than the generic one, so
 -- the plan cache planned the channel-less claim again at every call (0.2 ms,
@@ -2141,13 +2001,11 @@ BEGIN
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
             ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- (A channel held by another dequeuer is ready here too. A probe of
-           -- the scheduler index, as every plan here is (enable_seqscan off):
-           -- while an old snapshot holds the dead entries every turn leaves
-           -- at its front, it fetches each from the heap, which the round then
-           -- does again; a scan of the table would stop at its first ready
-           -- row instead, but only plans that never read a whole table are
-           -- safe to keep, see design.md.)
+           -- (A channel held by another dequeuer is ready here too. Not an
+           -- ordered probe of the scheduler index: while an old snapshot holds
+           -- the dead entries every turn leaves at its front, that probe
+           -- fetches each from the heap, which the round then does again;
+           -- this stops at the first ready row of the table.)
            EXISTS (SELECT 1 FROM lonnymq.channel c
                    WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_row
@@ -2228,15 +2086,13 @@ BEGIN
     END LOOP;
 
     -- The deliveries, in the order they were claimed (one plan for every
-    -- count: see plan_cache_mode above). Each row and its channel's name
-    -- looked up by key: as a join, a plan made while the table looked empty
-    -- read the whole table once per call (the LIMIT keeps the subquery from
-    -- being flattened into one).
+    -- count: see plan_cache_mode above).
     RETURN QUERY
-    SELECT m.id, (SELECT c.name FROM lonnymq.channel c WHERE c.id = m.channel_id), m.content, m.state,
-           m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority), o.n <= v_recovered
+    SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+           o.n <= v_recovered
     FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
-    CROSS JOIN LATERAL (SELECT d.* FROM lonnymq.message d WHERE d.id = o.id LIMIT 1) m
+    JOIN lonnymq.message m ON m.id = o.id
+    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
     ORDER BY o.n;
 END
 $$;
@@ -2279,9 +2135,6 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 -- _settle_locked.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 AS $$
 DECLARE
     v_locked_until_ms bigint;
@@ -2331,9 +2184,6 @@ COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a del
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 -- Its statements take arrays: a custom plan, which knows their length, looks
 -- cheaper than the generic one for short ones, so the plan cache would plan
 -- five statements again at every call (a batch of one cost 0.78 ms, 0.24 ms
@@ -2372,14 +2222,14 @@ BEGIN
     -- on no policy and no delivery of these messages can change under this
     -- call.
     PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
+    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
     ORDER BY c.id FOR KEY SHARE;
     -- Those whose rows the settles will update (accounted ones), and outside
     -- READ COMMITTED every one: an older snapshot may show an old policy, and
     -- this lock refuses a stale row (40001, see _pin_channel).
     v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
+    WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids))
       AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
     ORDER BY c.id FOR NO KEY UPDATE;
 
@@ -2395,9 +2245,7 @@ BEGIN
     ), judged AS (
         SELECT i.ord, i.id, m.id IS NOT NULL AS present,
                coalesce(m.locked_until_ms IS NOT NULL AND m.num_attempts = i.attempt, false) AS current
-        FROM input i
-        LEFT JOIN LATERAL (SELECT m.id, m.locked_until_ms, m.num_attempts FROM lonnymq.message m
-                           WHERE m.id = i.id LIMIT 1) m ON true  -- (by key, see message_dequeue's final read)
+        FROM input i LEFT JOIN lonnymq.message m ON m.id = i.id
     ), first_current AS (
         SELECT j.id, pg_catalog.min(j.ord) AS ord FROM judged j WHERE j.current GROUP BY j.id
     )
@@ -2412,10 +2260,7 @@ BEGIN
     -- Accounted channels count their slots, archiving ones copy the message:
     -- those take the single-message path.
     FOR v_message IN
-        SELECT m.* FROM lonnymq.message m
-        -- (Each channel by key, see message_dequeue's final read.)
-        CROSS JOIN LATERAL (SELECT c.retain_completed, c.max_concurrency, c.release_interval_ms, c.max_size
-                            FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) c
+        SELECT m.* FROM lonnymq.message m JOIN lonnymq.channel c ON c.id = m.channel_id
         WHERE m.id = ANY (v_done)
           AND (c.retain_completed
                OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
@@ -2446,9 +2291,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_defer(
     state bytea DEFAULT NULL
 ) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 AS $$
 DECLARE
     v_lock record;
@@ -2502,9 +2344,6 @@ COMMENT ON FUNCTION lonnymq.message_defer(bigint, bigint, timestamptz, bigint, b
 -- Status: extended, not_found, state_invalid.
 CREATE OR REPLACE FUNCTION lonnymq.message_heartbeat(id bigint, num_attempts bigint, lock_ms bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 AS $$
 DECLARE
     v_lock record;
@@ -2530,9 +2369,6 @@ COMMENT ON FUNCTION lonnymq.message_heartbeat(bigint, bigint, bigint)
 -- Status: failed, not_found, state_invalid.
 CREATE OR REPLACE FUNCTION lonnymq.message_fail(id bigint, num_attempts bigint, error text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 AS $$
 DECLARE
     v_lock record;
@@ -2554,9 +2390,6 @@ COMMENT ON FUNCTION lonnymq.message_fail(bigint, bigint, text) IS 'Archives a de
 -- instead), not_found.
 CREATE OR REPLACE FUNCTION lonnymq.message_cancel(id bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Rows by key only, whatever the tables' size when a plan is made (design.md,
--- "Plans made on empty tables").
-SET enable_seqscan = off
 AS $$
 DECLARE
     v_message lonnymq.message;

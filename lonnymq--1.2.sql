@@ -1314,9 +1314,6 @@ CREATE OR REPLACE FUNCTION lonnymq.message_create_batch(
     idempotency_key text DEFAULT NULL
 ) RETURNS TABLE (status text, id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
--- Its statements over the arrays are planned once for every size (see
--- message_complete_batch); _create_set plans its deciding statement per call.
-SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1400,10 +1397,8 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- status and id of each element, in input order; sends no wake-up (the
 -- caller sends one).
 --
--- The deciding statement is planned for each call (EXECUTE): a set holds 1
--- to 100000 elements, and one cached generic plan would fit none of them
--- well. The plain path is one cached plan (planning it cost more than a
--- small batch itself).
+-- The statements are planned for each call (EXECUTE): a set holds 1 to
+-- 100000 elements, and one cached generic plan would fit none of them well.
 --
 -- Without dedup keys or capped channels: one INSERT ... SELECT and one hint
 -- per channel. Otherwise one statement decides every element from one
@@ -1454,28 +1449,30 @@ BEGIN
                          AND c.max_size IS NOT NULL) THEN
         -- Every element is created. Ids follow input order (the INSERT draws
         -- them in ORDER BY order), so sorting them restores the input order.
-        -- (A plain statement, planned once: its plan fits every size.)
-        WITH created AS (
-            INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
-            SELECT p_queue_id, c.id, u.content,
-                   coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, p_now_ms)
-            FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_contents),
-                            pg_catalog.unnest(p_dequeue_ats)) WITH ORDINALITY AS u(channel, content, dequeue_at, ord)
-            LEFT JOIN lonnymq.channel c ON c.queue_id = p_queue_id AND c.name = u.channel
-            ORDER BY u.ord
-            RETURNING m.id, m.channel_id, m.dequeue_ms
-        ), hinted AS (
-            -- One hint per channel, at its earliest new message, covers
-            -- them all; none where that is not earlier than a held head.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT p_queue_id, k.channel_id, k.first_ms
-            FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
-                  FROM created k WHERE k.channel_id IS NOT NULL
-                  GROUP BY k.channel_id) k
-            JOIN lonnymq.channel c ON c.id = k.channel_id
-            WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
-        )
-        SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
+        EXECUTE pg_catalog.format($q$
+            WITH created AS (
+                INSERT INTO lonnymq.message AS m (queue_id, channel_id, content, dequeue_ms)
+                SELECT $5, c.id, u.content,
+                       coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM u.dequeue_at) * 1000)::bigint, $7)
+                FROM %s
+                LEFT JOIN lonnymq.channel c ON c.queue_id = $5 AND c.name = u.channel
+                ORDER BY u.ord
+                RETURNING m.id, m.channel_id, m.dequeue_ms
+            ), hinted AS (
+                -- One hint per channel, at its earliest new message, covers
+                -- them all; none where that is not earlier than a held head.
+                INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
+                SELECT $5, k.channel_id, k.first_ms
+                FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+                      FROM created k WHERE k.channel_id IS NOT NULL
+                      GROUP BY k.channel_id) k
+                JOIN lonnymq.channel c ON c.id = k.channel_id
+                WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+            )
+            SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') FROM created k
+            $q$, v_source)
+        INTO ids
+        USING p_channels, p_contents, p_dequeue_ats, p_dedup_keys, p_queue_id, p_head_held, p_now_ms;
         statuses := pg_catalog.array_fill('created'::text, ARRAY[pg_catalog.cardinality(ids)]);
         RETURN;
     END IF;
@@ -1968,15 +1965,12 @@ BEGIN
                       ORDER BY h.dequeue_ms, h.id
                       LIMIT 1
                       FOR UPDATE SKIP LOCKED)
-        -- Whether it was the channel's last due message: none follows it.
-        -- Only a hint for whether to raise the head (the raise reads afresh
-        -- under the head lock), so it looks past the claimed one only: the
-        -- entries before it are those claimed since the last vacuum, which
-        -- a busy channel accumulates by the thousand.
+        -- Whether it was the channel's last due message (this statement's
+        -- snapshot still shows it unlocked, hence "another"). Only a hint for
+        -- whether to raise the head: the raise reads afresh under the head lock.
         RETURNING m.id, NOT EXISTS (SELECT 1 FROM lonnymq.message o
                                     WHERE o.queue_id = p_queue.id AND o.channel_id = v_channel.id
-                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
-                                      AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id))
+                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms AND o.id <> m.id)
         INTO v_id, v_drained;
         IF NOT FOUND THEN
             PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
@@ -2225,25 +2219,15 @@ BEGIN
               AND m.dequeue_ms <= v_now_ms
             ORDER BY m.dequeue_ms, m.id
             LIMIT 1) AS free_ms,
-           -- (Earliest first and bounded by now, so that each is one probe of
-           -- its ordered index.)
+           -- (Earliest first, so that each is one probe of its ordered index.)
            (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-            WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms
-            ORDER BY h.dequeue_ms LIMIT 1) IS NOT NULL AS hinted,
-           -- (Bounded by now: the scan stops at the first lock not yet
-           -- expired. Unbounded, it stepped over the entry every completed
-           -- message leaves in the index until the next vacuum, before the
-           -- first live lock: dead entries sort first, their locks having
-           -- been taken earlier. Workload 5's "completed" shape.)
+            WHERE h.queue_id = q.id ORDER BY h.dequeue_ms LIMIT 1) <= v_now_ms AS hinted,
            (SELECT m.locked_until_ms FROM lonnymq.message m
-            WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
-            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- (A channel held by another dequeuer is ready here too. Ordered,
-           -- so that it is one probe of the scheduler index, never a scan of
-           -- the channel table and its dead row versions.)
-           (SELECT c.ready_ms FROM lonnymq.channel c
-            WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused
-            ORDER BY c.ready_ms LIMIT 1) IS NOT NULL AS channels_ready
+            WHERE m.queue_id = q.id AND m.locked_until_ms IS NOT NULL
+            ORDER BY m.locked_until_ms LIMIT 1) <= v_now_ms AS expired,
+           -- (A channel held by another dequeuer is ready here too.)
+           EXISTS (SELECT 1 FROM lonnymq.channel c
+                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_row
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
     IF v_row IS NULL THEN
@@ -2321,15 +2305,25 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- The deliveries, in the order they were claimed (one plan for every
-    -- count: see plan_cache_mode above).
-    RETURN QUERY
-    SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
-           o.n <= v_recovered
-    FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
-    JOIN lonnymq.message m ON m.id = o.id
-    LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
-    ORDER BY o.n;
+    -- The deliveries, in the order they were claimed. One id (the common
+    -- case) is read by its key: the plan over an array is re-planned on every
+    -- call (the planner prefers one for the array's actual length), which
+    -- costs more than the whole read.
+    IF pg_catalog.cardinality(v_ids) = 1 THEN
+        RETURN QUERY
+        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+               v_recovered = 1
+        FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+        WHERE m.id = v_ids[1];
+    ELSIF pg_catalog.cardinality(v_ids) > 1 THEN
+        RETURN QUERY
+        SELECT m.id, c.name, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+               o.n <= v_recovered
+        FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
+        JOIN lonnymq.message m ON m.id = o.id
+        LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+        ORDER BY o.n;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)

@@ -1,12 +1,11 @@
 -- ===========================================================================
 -- lonnymq 1.3 -> 1.4: the hand-written part of the update (what replaying
--- sql/ cannot do). 1.4 changes functions only. The batch create reads its
--- channels once for the set (_create_set takes whether any is capped
--- instead of looking again), so _create_set's 1.3 signature goes; the
--- replayed CREATE OR REPLACE definitions that follow are the rest, with one
--- new step, _pin_named.
+-- sql/ cannot do). 1.4 changes functions only (plans that read rows by key
+-- whatever the tables' size when they were made; batch dequeues served
+-- set-based, with the new step _serve_round), so there is nothing to do
+-- here: the replayed CREATE OR REPLACE definitions that follow are the
+-- whole update.
 -- ===========================================================================
-DROP FUNCTION lonnymq._create_set(integer, text[], bytea[], timestamptz[], text[], boolean, text[], bigint[], bigint);
 -- ===========================================================================
 -- Advisory lock keys of channels. Defined before the tables: the channel
 -- table keeps its key in a generated column (see 10_tables.sql).
@@ -1167,10 +1166,9 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 
 -- Creates the validated elements of message_create_batch's arrays (p_channels
 -- .. p_dedup_keys), every channel already taken by the caller (existing ones
--- pinned, new ones created, see _publish): p_names the distinct names, sorted,
--- p_capped whether any of them has a max_size, p_head_held the channels whose
--- head lock the caller holds; p_keyed: some element has a dedup key. Answers
--- the status and id of each element, in input order; sends no wake-up (the
+-- pinned, new ones created, see _publish) and p_head_held the channels whose
+-- head lock it holds; p_keyed: some element has a dedup key. Answers the
+-- status and id of each element, in input order; sends no wake-up (the
 -- caller sends one).
 --
 -- The deciding statement is planned for each call (EXECUTE): a set holds 1
@@ -1198,8 +1196,7 @@ COMMENT ON FUNCTION lonnymq.message_create_batch(text, text[], bytea[], timestam
 -- before the snapshot.)
 CREATE OR REPLACE FUNCTION lonnymq._create_set(
     p_queue_id integer, p_channels text[], p_contents bytea[], p_dequeue_ats timestamptz[],
-    p_dedup_keys text[], p_keyed boolean, p_names text[], p_capped boolean, p_head_held bigint[],
-    p_now_ms bigint,
+    p_dedup_keys text[], p_keyed boolean, p_names text[], p_head_held bigint[], p_now_ms bigint,
     OUT statuses text[], OUT ids bigint[]
 )
 LANGUAGE plpgsql VOLATILE
@@ -1222,7 +1219,10 @@ DECLARE
     v_result record;
     v_at bigint;
 BEGIN
-    IF NOT p_keyed AND NOT p_capped THEN
+    IF NOT p_keyed
+       AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                       WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names)
+                         AND c.max_size IS NOT NULL) THEN
         -- Every element is created. Ids follow input order (the INSERT draws
         -- them in ORDER BY order), so sorting them restores the input order.
         -- (A plain statement, planned once: its plan fits every size.)
@@ -1399,27 +1399,11 @@ BEGIN
     ids := coalesce(ids, '{}');
 END
 $$;
-COMMENT ON FUNCTION lonnymq._create_set(integer, text[], bytea[], timestamptz[], text[], boolean, text[], boolean,
-                                         bigint[], bigint)
+COMMENT ON FUNCTION lonnymq._create_set(integer, text[], bytea[], timestamptz[], text[], boolean, text[], bigint[], bigint)
     IS 'Creates a validated set of messages in a few statements: statuses and ids in input order.';
 
--- Pins (see _pin_channel) the existing channels of p_queue_id named in
--- p_names, in name order, in one statement; answers their names.
-CREATE OR REPLACE FUNCTION lonnymq._pin_named(p_queue_id integer, p_names text[]) RETURNS text[]
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    RETURN (SELECT coalesce(pg_catalog.array_agg(x.name), '{}')
-            FROM (SELECT c.name FROM lonnymq.channel c
-                  WHERE c.queue_id = p_queue_id AND c.name = ANY (p_names)
-                  ORDER BY c.name
-                  FOR KEY SHARE) x);
-END
-$$;
-COMMENT ON FUNCTION lonnymq._pin_named(integer, text[]) IS 'Pins the existing channels of a list of names; returns their names.';
-
 -- What message_create_batch does once its arguments are valid: the
--- idempotency key, the channels (pinned, swept, created), the head locks,
+-- idempotency key, the channels (swept, pinned, created), the head locks,
 -- the set itself, one wake-up. p_names: the distinct channel names, sorted;
 -- p_count: how many elements. Answers the status and id of each element in
 -- input order (arrays: the caller returns them as rows, and a set of rows
@@ -1436,8 +1420,7 @@ DECLARE
     v_digest bytea;                -- scope of the idempotency key
     v_previous bigint[];
     v_pinned text[] := '{}';       -- existing channels pinned in one statement
-    v_capped boolean;              -- whether any of them has a max_size
-    v_head_held bigint[];          -- channels whose head lock this call holds
+    v_head_held bigint[] := '{}';  -- channels whose head lock this call holds
     v_name text;
 BEGIN
     IF p_idempotency_key IS NOT NULL THEN
@@ -1463,43 +1446,39 @@ BEGIN
         END IF;
     END IF;
 
-    -- Take every channel first: at READ COMMITTED the existing ones pinned
-    -- in one statement (elsewhere _channel_for_create also checks each is
-    -- current, and the sweep stands aside), then the new ones created one by
-    -- one, in name order: two batches that create the same new channels
-    -- cannot wait on each other in a cycle.
+    -- New channels pay for the sweep of idle ones, once, before any is taken.
+    -- (Each name by key: a scalar subquery, never an anti-join over the table.)
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_names) AS n
+               WHERE (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = n) IS NULL) THEN
+        PERFORM lonnymq.channel_sweep(2);
+    END IF;
+    -- Take every channel first: the existing ones pinned in one statement
+    -- (at READ COMMITTED; elsewhere _channel_for_create also checks each is
+    -- current), then the new ones created one by one, in name order: two
+    -- batches that create the same new channels cannot wait on each other in
+    -- a cycle.
     IF lonnymq._read_committed() THEN
-        v_pinned := lonnymq._pin_named(v_queue_id, p_names);
-        IF pg_catalog.cardinality(v_pinned) < pg_catalog.cardinality(p_names) THEN
-            -- New channels pay for the sweep of idle ones, once, before any
-            -- is created. It may remove an idle channel pinned just now (this
-            -- transaction's own lock does not stop it): pinned again, the ones
-            -- left are found and the loop below creates the rest.
-            PERFORM lonnymq.channel_sweep(2);
-            v_pinned := lonnymq._pin_named(v_queue_id, p_names);
-        END IF;
+        SELECT coalesce(pg_catalog.array_agg(x.name), '{}') INTO v_pinned
+        FROM (SELECT c.name FROM lonnymq.channel c
+              WHERE c.queue_id = v_queue_id AND c.name = ANY (p_names)
+              ORDER BY c.name
+              FOR KEY SHARE) x;
     END IF;
-    -- (Nothing to create when every name was pinned: no statement at all.)
-    IF pg_catalog.cardinality(v_pinned) < pg_catalog.cardinality(p_names) THEN
-        FOR v_name IN SELECT n FROM pg_catalog.unnest(p_names) n WHERE n <> ALL (v_pinned) ORDER BY 1 LOOP
-            PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
-        END LOOP;
-    END IF;
-    -- Every channel once, in name order: whether any is capped, and its head
-    -- lock (see _hold_head_lock), tried for the first ones, at most the budget.
-    SELECT coalesce(pg_catalog.array_agg(x.id ORDER BY x.at) FILTER (WHERE x.held), '{}'),
-           coalesce(pg_catalog.bool_or(x.capped), false)
-    INTO v_head_held, v_capped
-    FROM (SELECT n.at, c.id, c.max_size IS NOT NULL AS capped,
-                 CASE WHEN n.at <= lonnymq._head_lock_budget()
-                      THEN lonnymq._hold_head_lock(c.lock_key) ELSE false END AS held
-          FROM pg_catalog.unnest(p_names) WITH ORDINALITY AS n(name, at)
-          CROSS JOIN LATERAL (SELECT c.id, c.lock_key, c.max_size FROM lonnymq.channel c
-                              WHERE c.queue_id = v_queue_id AND c.name = n.name LIMIT 1) c) x;
+    FOR v_name IN SELECT n FROM pg_catalog.unnest(p_names) n EXCEPT SELECT p FROM pg_catalog.unnest(v_pinned) p
+                  ORDER BY 1 LOOP
+        PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
+    END LOOP;
+    -- Head locks (see _hold_head_lock), tried in one statement, at most the budget.
+    SELECT coalesce(pg_catalog.array_agg(x.id), '{}') INTO v_head_held
+    FROM (SELECT c.id, c.lock_key FROM lonnymq.channel c
+          WHERE c.queue_id = v_queue_id AND c.name = ANY (p_names)
+          ORDER BY c.name
+          LIMIT lonnymq._head_lock_budget()) x
+    WHERE lonnymq._hold_head_lock(x.lock_key);
 
     SELECT r.statuses, r.ids INTO statuses, ids
     FROM lonnymq._create_set(v_queue_id, p_channels, p_contents, p_dequeue_ats, p_dedup_keys,
-                             p_keyed, p_names, v_capped, v_head_held, lonnymq._now_ms()) r;
+                             p_keyed, p_names, v_head_held, lonnymq._now_ms()) r;
     -- One wake-up for the set, not one per element.
     IF 'created' = ANY (statuses) THEN
         PERFORM lonnymq._notify_waiters(p_queue, 'created');
@@ -2368,7 +2347,6 @@ DECLARE
     v_statuses text[];
     v_done bigint[];
     v_message lonnymq.message;
-    v_channels bigint[];    -- the channels of the batch's messages
     v_read_committed boolean;
 BEGIN
     IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
@@ -2390,22 +2368,20 @@ BEGIN
         PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
     END IF;
 
-    -- The messages, locked in id order; their channels read from the locked rows.
-    SELECT coalesce(pg_catalog.array_agg(DISTINCT x.channel_id) FILTER (WHERE x.channel_id IS NOT NULL), '{}')
-    INTO v_channels
-    FROM (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
-          ORDER BY m.id FOR UPDATE) x;
+    PERFORM 1 FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)
+    ORDER BY m.id FOR UPDATE;
     -- Then their channels, pinned (see _pin_channel) in id order. From here
     -- on no policy and no delivery of these messages can change under this
     -- call.
-    PERFORM 1 FROM lonnymq.channel c WHERE c.id = ANY (v_channels)
+    PERFORM 1 FROM lonnymq.channel c
+    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
     ORDER BY c.id FOR KEY SHARE;
     -- Those whose rows the settles will update (accounted ones), and outside
     -- READ COMMITTED every one: an older snapshot may show an old policy, and
     -- this lock refuses a stale row (40001, see _pin_channel).
     v_read_committed := lonnymq._read_committed();
     PERFORM 1 FROM lonnymq.channel c
-    WHERE c.id = ANY (v_channels)
+    WHERE c.id = ANY (ARRAY(SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (message_complete_batch.ids)))
       AND (NOT v_read_committed OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
     ORDER BY c.id FOR NO KEY UPDATE;
 

@@ -9,9 +9,8 @@
 -- .. p_dedup_keys), every channel already taken by the caller (existing ones
 -- pinned, new ones created, see _publish): p_names the distinct names, sorted,
 -- p_capped whether any of them has a max_size, p_head_held the channels whose
--- head lock the caller holds; p_keyed: some element has a dedup key. Answers
--- the status and id of each element, in input order; sends no wake-up (the
--- caller sends one).
+-- head lock the caller holds; p_keyed: some element has a dedup key. Answers the status and id of each element, in input order;
+-- sends no wake-up (the caller sends one).
 --
 -- The deciding statement is planned for each call (EXECUTE): a set holds 1
 -- to 100000 elements, and one cached generic plan would fit none of them
@@ -266,7 +265,8 @@ COMMENT ON FUNCTION lonnymq._pin_named(integer, text[]) IS 'Pins the existing ch
 -- would be copied once more per level).
 CREATE OR REPLACE FUNCTION lonnymq._publish(
     p_queue text, p_channels text[], p_contents bytea[], p_dequeue_ats timestamptz[],
-    p_dedup_keys text[], p_keyed boolean, p_names text[], p_count bigint, p_idempotency_key text,
+    p_dedup_keys text[], p_keyed boolean, p_names text[], p_count bigint,
+    p_idempotency_key text,
     OUT statuses text[], OUT ids bigint[]
 )
 LANGUAGE plpgsql VOLATILE
@@ -319,7 +319,6 @@ BEGIN
             v_pinned := lonnymq._pin_named(v_queue_id, p_names);
         END IF;
     END IF;
-    -- (Nothing to create when every name was pinned: no statement at all.)
     IF pg_catalog.cardinality(v_pinned) < pg_catalog.cardinality(p_names) THEN
         FOR v_name IN SELECT n FROM pg_catalog.unnest(p_names) n WHERE n <> ALL (v_pinned) ORDER BY 1 LOOP
             PERFORM lonnymq._channel_for_create(v_queue_id, v_name, false);
@@ -339,7 +338,8 @@ BEGIN
 
     SELECT r.statuses, r.ids INTO statuses, ids
     FROM lonnymq._create_set(v_queue_id, p_channels, p_contents, p_dequeue_ats, p_dedup_keys,
-                             p_keyed, p_names, v_capped, v_head_held, lonnymq._now_ms()) r;
+                             p_keyed, p_names, v_capped, v_head_held,
+                             lonnymq._now_ms()) r;
     -- One wake-up for the set, not one per element.
     IF 'created' = ANY (statuses) THEN
         PERFORM lonnymq._notify_waiters(p_queue, 'created');

@@ -3,9 +3,6 @@
 -- Generated into lonnymq--1.1--1.2.sql by `make scripts`: this hand-written
 -- part changes tables and drops what 1.2 no longer has; the function, view
 -- and privilege files of sql/ follow it, replayed with CREATE OR REPLACE.
--- 1.1 was shipped twice with different install texts (the first release,
--- and the one frozen in lonnymq--1.1.sql, which already had some of what
--- follows): every step here checks what is there, so both update alike.
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.2'" to load this file. \quit
 
 -- A schema that another role than the extension's owner owns lets that role
@@ -33,27 +30,13 @@ $guard$;
 
 -- Dequeue is composed of set-based steps (50_dequeue.sql); the per-message
 -- claim helper is gone.
-DROP FUNCTION IF EXISTS lonnymq._claim(bigint, bigint);
--- The steps return the ids they claim (plain values, not rows): a new
--- result type, so the ones a 1.1 install has are dropped and created again.
-DROP FUNCTION IF EXISTS lonnymq._dequeue_expired(lonnymq.queue, bigint, bigint, integer);
-DROP FUNCTION IF EXISTS lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer);
-DROP FUNCTION IF EXISTS lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, integer, bigint);
-DROP FUNCTION IF EXISTS lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer);
-DROP FUNCTION IF EXISTS lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer);
+DROP FUNCTION lonnymq._claim(bigint, bigint);
 
 -- One word per concept: "channel-less" for messages without a channel (not
 -- "nochannel" or "free": a free channel is one nobody holds), and _notify's
 -- first argument is the LISTEN channel, not a queue channel.
-DO $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_attribute
-               WHERE attrelid = 'lonnymq.queue'::regclass AND attname = 'nochannel_turn_ms') THEN
-        ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
-        ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
-    END IF;
-END
-$$;
+ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_ms TO channelless_turn_ms;
+ALTER TABLE lonnymq.queue RENAME COLUMN nochannel_turn_seq TO channelless_turn_seq;
 -- PostgreSQL 18 catalogs NOT NULL as constraints named TABLE_COLUMN_not_null,
 -- and a column rename keeps the old name: give them a fresh install's names
 -- (before 18 there are no such constraints and this does nothing).
@@ -72,26 +55,26 @@ BEGIN
     END LOOP;
 END
 $$;
-ALTER INDEX IF EXISTS lonnymq.message_free_idx RENAME TO message_channelless_idx;
-DROP FUNCTION IF EXISTS lonnymq._notify(text, text, text);
+ALTER INDEX lonnymq.message_free_idx RENAME TO message_channelless_idx;
+DROP FUNCTION lonnymq._notify(text, text, text);
 
 -- Channels are coordinated through their rows, which no outside role can
 -- lock, instead of advisory locks any role can take (see _pin_channel).
-DROP FUNCTION IF EXISTS lonnymq._channel_of_settle(lonnymq.message);
-DROP FUNCTION IF EXISTS lonnymq._channel_share(integer, text, boolean);
-DROP FUNCTION IF EXISTS lonnymq._lock_class();
+DROP FUNCTION lonnymq._channel_of_settle(lonnymq.message);
+DROP FUNCTION lonnymq._channel_share(integer, text, boolean);
+DROP FUNCTION lonnymq._lock_class();
 
 -- Dedup keys are scoped to their channel (the queue's channel-less messages
 -- share one scope): one tenant's key no longer answers another tenant's create.
 DROP INDEX lonnymq.message_dedup_idx;
 CREATE UNIQUE INDEX message_dedup_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dedup_key)
     WHERE dedup_key IS NOT NULL;
-DROP FUNCTION IF EXISTS lonnymq._live_duplicate(integer, text);
+DROP FUNCTION lonnymq._live_duplicate(integer, text);
 
 -- Idempotency keys are scoped to the queue and the channels of the batch.
 -- Keys recorded by 1.0 keep an empty digest, which message_create_batch
 -- still treats as queue-wide, so a retry across the upgrade is not repeated.
-ALTER TABLE lonnymq.batch ADD COLUMN IF NOT EXISTS channels_digest bytea NOT NULL DEFAULT '';
+ALTER TABLE lonnymq.batch ADD COLUMN channels_digest bytea NOT NULL DEFAULT '';
 ALTER TABLE lonnymq.batch ALTER COLUMN channels_digest DROP DEFAULT;
 ALTER TABLE lonnymq.batch DROP CONSTRAINT batch_pkey;
 ALTER TABLE lonnymq.batch ADD PRIMARY KEY (queue_id, idempotency_key, channels_digest);
@@ -106,8 +89,8 @@ ALTER TABLE lonnymq.channel SET (fillfactor = 20);
 
 -- Operator controls (85_operate.sql): paused queues and channels. A paused
 -- channel leaves the ready index and is never swept.
-ALTER TABLE lonnymq.queue ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
-ALTER TABLE lonnymq.channel ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+ALTER TABLE lonnymq.queue ADD COLUMN paused boolean NOT NULL DEFAULT false;
+ALTER TABLE lonnymq.channel ADD COLUMN paused boolean NOT NULL DEFAULT false;
 DROP INDEX lonnymq.channel_ready_idx;
 CREATE INDEX channel_ready_idx ON lonnymq.channel (queue_id, ready_ms, turn_seq, id)
     WHERE ready_ms IS NOT NULL AND NOT paused;
@@ -117,9 +100,9 @@ CREATE INDEX channel_idle_idx ON lonnymq.channel (last_turn_ms)
 -- archive_prune takes an optional queue, channel and outcome filter: a new
 -- signature (an overload would make archive_prune('7 days') ambiguous).
 -- Its GRANTs, if any were given, must be given again.
-DROP FUNCTION IF EXISTS lonnymq.archive_prune(interval);
+DROP FUNCTION lonnymq.archive_prune(interval);
 
 -- Periodic messages are listed through an index of their channels only
 -- (86_dashboard.sql, periodic_summary).
-CREATE INDEX IF NOT EXISTS channel_periodic_idx ON lonnymq.channel (queue_id, name)
+CREATE INDEX channel_periodic_idx ON lonnymq.channel (queue_id, name)
     WHERE pg_catalog.starts_with(name, 'lonnymq.every:');

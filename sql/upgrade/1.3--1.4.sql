@@ -1,9 +1,8 @@
 -- ===========================================================================
 -- lonnymq 1.3 -> 1.4: the hand-written part of the update (what replaying
--- sql/ cannot do). 1.4 changes functions only. The batch create reads its
--- channels once for the set (_create_set takes whether any is capped
--- instead of looking again), so _create_set's 1.3 signature goes; the
--- replayed CREATE OR REPLACE definitions that follow are the rest, with one
--- new step, _pin_named.
+-- sql/ cannot do). 1.4 changes functions only (plans that read rows by key
+-- whatever the tables' size when they were made; batch dequeues served
+-- set-based, with the new step _serve_round), so there is nothing to do
+-- here: the replayed CREATE OR REPLACE definitions that follow are the
+-- whole update.
 -- ===========================================================================
-DROP FUNCTION lonnymq._create_set(integer, text[], bytea[], timestamptz[], text[], boolean, text[], bigint[], bigint);

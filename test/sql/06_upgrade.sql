@@ -69,3 +69,6 @@ RESET check_function_bodies;
 -- From 1.3.
 \set from '1.3'
 \i test/upgrade_route.psql
+-- From 1.4.
+\set from '1.4'
+\i test/upgrade_route.psql

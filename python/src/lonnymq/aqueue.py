@@ -419,7 +419,7 @@ class AsyncQueue:
         """``deleted`` or ``not_found``."""
         return str(await self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
 
-    # -- names of 1.0, deprecated since 1.2 (CHANGELOG 1.4: why they are still here) -------
+    # -- names of 1.0, deprecated since 1.2 (CHANGELOG 1.5: why they are still here) -------
 
     async def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
         """Deprecated name of ``channel_set``."""
