@@ -157,6 +157,21 @@ def systems_for(workload: str, peers: list[str]) -> tuple[str, ...]:
     )
 
 
+def _defines(spec: dict[str, Any]) -> dict[str, Any]:
+    """The pgbench variables of the bench/pgbench scripts for a workload."""
+    return {
+        "nchannels": spec["channels"],
+        "payload": PAYLOAD,
+        "json_payload": PGMQ_PAYLOAD,
+        "batch": spec["batch"],
+    }
+
+
+def _tracking_all(settings: str) -> str:
+    """A system's session settings with nested statements tracked too."""
+    return f"{settings} -c pg_stat_statements.track=all".strip()
+
+
 def run_once(
     system: str,
     workload: str,
@@ -170,15 +185,8 @@ def run_once(
     # Nested statements are tracked only in a capture run: tracking them costs
     # every statement inside a function (about 13% of lonnymq's CPU per
     # message, measured), so the counted runs keep PostgreSQL's default (top).
-    settings = target.settings
-    if capture_statements:
-        settings = f"{settings} -c pg_stat_statements.track=all".strip()
-    defines = {
-        "nchannels": spec["channels"],
-        "payload": PAYLOAD,
-        "json_payload": PGMQ_PAYLOAD,
-        "batch": spec["batch"],
-    }
+    settings = _tracking_all(target.settings) if capture_statements else target.settings
+    defines = _defines(spec)
     with connect() as conn:
         seed(conn, system, spec["channels"])
         before = _live(conn, target)
@@ -288,13 +296,8 @@ def count_statements(system: str, workload: str) -> dict[str, Any]:
     spec = WORKLOADS[workload]
     target = BY_NAME[system]
     create, consume = _scripts(target, spec["batch"])
-    defines = {
-        "nchannels": spec["channels"],
-        "payload": PAYLOAD,
-        "json_payload": PGMQ_PAYLOAD,
-        "batch": spec["batch"],
-    }
-    settings = f"{target.settings} -c pg_stat_statements.track=all".strip()
+    defines = _defines(spec)
+    settings = _tracking_all(target.settings)
     transactions = max(1, COUNTED_MESSAGES // spec["batch"])
     messages = transactions * spec["batch"]
     result: dict[str, Any] = {"system": system, "workload": workload, "messages": messages}
