@@ -3,6 +3,7 @@
 Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
     .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1]
                                          [--name NAME]
+    .venv/bin/python bench/ab_dequeue.py A.sql --original [--rounds 12] ...
 
 A.sql and B.sql hold function definitions (CREATE OR REPLACE ...), typically two versions
 of sql/50_dequeue.sql. Each is applied on top of this checkout's installed lonnymq in a
@@ -13,6 +14,9 @@ backend's CPU time from /proc: drift on the machine (other work, frequency, cach
 on both alike. With --batch N, each call dequeues N messages (max_messages), and the CPU
 is reported per message. Run it with the same file twice to see the noise (A/A): on the 2-core
 machine of bench/README.md, 12 rounds gave ratios of 0.96-1.09 and a median of 1.000.
+With --original, B is the original LonnyMQ instead (its install SQL from the peers'
+folder, see common.PEERS_DIR; single dequeues only): its channels declared without limits,
+as lonnymq's are by default, filled and dequeued the same way.
 Writes bench/results/ab-NAME.json.
 """
 
@@ -29,10 +33,11 @@ from typing import Any
 
 import psycopg
 
-from common import HOST, PGBIN, PORT, RESULTS, cpu_s, log, scalar
+from common import HOST, PEERS, PEERS_DIR, PGBIN, PORT, RESULTS, cpu_s, log, scalar
 
 CHUNK = 100
 CHANNELS = 100
+ORIGINAL_DB = "ab_original"  # with --original, B's database
 
 
 def _dsn(database: str) -> str:
@@ -62,39 +67,78 @@ def _prepare(database: str, definitions: Path) -> None:
     )
 
 
+def _prepare_original(database: str) -> None:
+    """A fresh database with the original LonnyMQ loaded into its schema."""
+    schema, file = PEERS["lonnymq_original"]
+    with psycopg.connect(_dsn("postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.execute(f"CREATE DATABASE {database}")
+    with psycopg.connect(_dsn(database), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute((PEERS_DIR / file).read_text())
+
+
 def _dequeue(conn: psycopg.Connection[Any], batch: int) -> int:
     """One message_dequeue call of up to `batch` messages; how many it returned."""
+    if _is_original(conn):
+        # (result_code 3: a delivery; 2: nothing ready.)
+        query = "SELECT count(*) FROM lonny_up.message_dequeue(3600000) WHERE result_code = 3"
+        return int(scalar(conn, query))
     return int(
         scalar(conn, "SELECT count(*) FROM lonnymq.message_dequeue('ab', 3600000, %s)", (batch,))
     )
 
 
+def _is_original(conn: psycopg.Connection[Any]) -> bool:
+    return conn.info.dbname == ORIGINAL_DB
+
+
+def _refill(conn: psycopg.Connection[Any], messages: int) -> None:
+    """The queue emptied and given `messages` ready messages over the channels, vacuumed."""
+    if _is_original(conn):
+        conn.execute("TRUNCATE lonny_up.message, lonny_up.channel")
+        conn.execute(
+            "SELECT count(lonny_up.channel_set('c' || c, 2147483647, 2147483647, 0)) "
+            "FROM generate_series(1, %s) c",
+            (CHANNELS,),
+        )
+        conn.execute(
+            "SELECT count(*) FROM generate_series(1, %s) i, "
+            "LATERAL lonny_up.message_create('c' || (i %% %s + 1), 'payload'::bytea, NULL) x",
+            (messages, CHANNELS),
+        )
+        tables: tuple[str, ...] = ("lonny_up.message", "lonny_up.channel")
+    else:
+        conn.execute("TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive")
+        conn.execute(
+            "SELECT count(lonnymq.message_create('ab', 'c' || (i %% %s + 1), 'payload'::bytea)) "
+            "FROM generate_series(1, %s) i",
+            (CHANNELS, messages),
+        )
+        tables = ("lonnymq.message", "lonnymq.channel", "lonnymq.channel_hint")
+    for table in tables:
+        conn.execute(f"VACUUM ANALYZE {table}")
+
+
 def _fill(conn: psycopg.Connection[Any], messages: int, batch: int) -> int:
     """An empty queue given `messages` ready messages over the channels; the backend pid."""
-    conn.execute("TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive")
-    conn.execute(
-        "SELECT count(lonnymq.message_create('ab', 'c' || (i %% %s + 1), 'payload'::bytea)) "
-        "FROM generate_series(1, %s) i",
-        (CHANNELS, messages),
-    )
-    for table in ("message", "channel", "channel_hint"):
-        conn.execute(f"VACUUM ANALYZE lonnymq.{table}")
+    _refill(conn, messages)
     for _ in range(CHUNK // 2):  # plans made, caches warm
-        conn.execute("SELECT id FROM lonnymq.message_dequeue('ab', 3600000)").fetchone()
+        _dequeue(conn, 1)
     if batch > 1:
         _dequeue(conn, batch)
     return int(scalar(conn, "SELECT pg_backend_pid()"))
 
 
-def _round(messages: int, batch: int) -> dict[str, float]:
-    """One round: µs of backend CPU per dequeued message in each database."""
-    conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in ("ab_a", "ab_b")}
+def _round(messages: int, batch: int, databases: tuple[str, str]) -> dict[str, float]:
+    """One round: µs of backend CPU per dequeued message in each database (A's, then B's)."""
+    conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in databases}
     try:
         pids = {db: _fill(conn, messages, batch) for db, conn in conns.items()}
         spent = dict.fromkeys(conns, 0.0)
         chunks = (messages - 2 * CHUNK) // CHUNK
         for chunk in range(chunks):
-            order = ("ab_a", "ab_b") if chunk % 2 == 0 else ("ab_b", "ab_a")
+            order = databases if chunk % 2 == 0 else databases[::-1]
             for db in order:
                 before = cpu_s(pids[db])
                 for _ in range(CHUNK // batch):
@@ -108,10 +152,17 @@ def _round(messages: int, batch: int) -> dict[str, float]:
             conn.close()
 
 
+def _definitions(path: Path) -> dict[str, str]:
+    return {"file": str(path), "md5": hashlib.md5(path.read_bytes()).hexdigest()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", type=Path, help="definitions for database ab_a")
-    parser.add_argument("b", type=Path, help="definitions for database ab_b")
+    parser.add_argument("b", type=Path, nargs="?", help="definitions for database ab_b")
+    parser.add_argument(
+        "--original", action="store_true", help="B is the original LonnyMQ (database ab_original)"
+    )
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=1, help="max_messages per call, 1-100")
@@ -121,11 +172,20 @@ def main() -> None:
         parser.error(f"--messages must be at least {3 * CHUNK}")
     if not 1 <= args.batch <= CHUNK:
         parser.error(f"--batch must be between 1 and {CHUNK}")
+    if (args.b is None) != args.original:
+        parser.error("give either B.sql or --original")
+    if args.original and args.batch != 1:
+        parser.error("the original LonnyMQ dequeues one message per call: --batch 1 only")
     _prepare("ab_a", args.a)
-    _prepare("ab_b", args.b)
+    if args.original:
+        _prepare_original(ORIGINAL_DB)
+    else:
+        _prepare("ab_b", args.b)
+    databases = ("ab_a", ORIGINAL_DB if args.original else "ab_b")
     rounds = []
     for number in range(args.rounds):
-        result = _round(args.messages, args.batch)
+        measured = _round(args.messages, args.batch, databases)
+        result = {"ab_a": measured[databases[0]], "ab_b": measured[databases[1]]}
         result["ratio"] = result["ab_b"] / result["ab_a"]
         rounds.append(result)
         log(
@@ -142,8 +202,8 @@ def main() -> None:
         json.dumps(
             {
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "a": {"file": str(args.a), "md5": hashlib.md5(args.a.read_bytes()).hexdigest()},
-                "b": {"file": str(args.b), "md5": hashlib.md5(args.b.read_bytes()).hexdigest()},
+                "a": _definitions(args.a),
+                "b": _definitions(args.b) if args.b else {"original": PEERS["lonnymq_original"][1]},
                 "messages": args.messages,
                 "chunk": CHUNK,
                 "batch": args.batch,

@@ -16,6 +16,9 @@
 --   .venv/bin/python bench/ab_dequeue.py sql/50_dequeue.sql bench/prototypes/dequeue_lower_bound.sql \
 --       --name s11-lower-bound
 --
+-- It has message_dequeue's signature and settings, so that it replaces that function and runs
+-- under the same plans' settings.
+--
 -- Results: bench/README.md, "A lower bound for a rewrite of the dequeue's control flow".
 CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
