@@ -3,25 +3,33 @@
 -- Never waits for a lock (every probe is SKIP LOCKED or a try), so it cannot
 -- deadlock and a busy row only ever sends it to the next candidate.
 --
--- message_dequeue is a short loop over named, set-based steps, each of which
--- claims as many messages as it can in one or two statements:
+-- message_dequeue probes what competes with the channels, then runs named,
+-- set-based steps, each of which claims as many messages as it can in one or
+-- two statements:
+--   _dequeue_single       a single dequeue when nothing competes with the
+--                         channels (most of them): the fairest free channel
+--                         served in place (_serve_channel), the delivery
+--                         returned as claimed
+--   _dequeue_many         everything else, the steps below composed:
 --   _dequeue_expired      redeliver messages whose lock expired
 --   _dequeue_round        a round of free channels: lock the fairest, claim
 --                         one head each, record every turn (a round of
---                         several: _serve_round, a statement per step)
+--                         several: _serve_round, a statement per step; of
+--                         one: _serve_channel)
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
 --   _dequeue_held         messages of channels another dequeuer holds
 -- Each step is a few plain statements, each touching a handful of rows
 -- through an index: large multi-CTE statements cost more to start than to run
 -- at these sizes, and their generic plans read whole tables.
--- A step returns the ids it claimed, in delivery order, not the delivery rows:
--- it is then a plain function call (PL/pgSQL evaluates `x := f(...)` without
--- starting an executor), not a set-returning one whose rows are copied
--- through a tuplestore at every level; message_dequeue reads all the claimed
--- rows in one statement at the end. _dequeue_round and _dequeue_held also
--- return the channels they served, those they took but could not serve
--- (which the caller passes over for the rest of the call), and how many head
--- locks they used (see _head_lock_budget).
+-- The steps of _dequeue_many return the ids they claimed, in delivery order,
+-- not the delivery rows: each is then a plain function call (PL/pgSQL
+-- evaluates `x := f(...)` without starting an executor), not a set-returning
+-- one whose rows are copied through a tuplestore at every level;
+-- message_dequeue reads all the claimed rows in one statement at the end.
+-- _dequeue_round and _dequeue_held also return the channels they served,
+-- those they took but could not serve (which the caller passes over for the
+-- rest of the call), and how many head locks they used (see
+-- _head_lock_budget).
 -- ===========================================================================
 
 -- The dequeue_at a delivery reports: priority messages show their creation
@@ -193,6 +201,90 @@ $$;
 COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean)
     IS 'Raises the head of a channel with nothing due, or moves it behind the others.';
 
+-- One channel of a round, locked by the caller (FOR NO KEY UPDATE), served
+-- as a single dequeue serves it: its due heads out of attempts dead-lettered,
+-- its first due message claimed and returned as delivered, its turn recorded.
+-- A channel with nothing to take gets no turn (_channel_settle_key) and an
+-- id of NULL. `raised` is 1 when a head lock was used (always, for a channel
+-- with nothing to take: see _dequeue_round), 0 otherwise.
+CREATE OR REPLACE FUNCTION lonnymq._serve_channel(p_queue lonnymq.queue, p_channel lonnymq.channel,
+                                                  p_now_ms bigint, p_lock_ms bigint, p_may_raise boolean,
+                                                  OUT id bigint, OUT content bytea, OUT state bytea,
+                                                  OUT num_attempts bigint, OUT dequeue_at timestamptz,
+                                                  OUT raised integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_drained boolean;
+    v_raise boolean;
+    v_head_ms bigint;  -- the raised head, read under the head lock
+    v_counted integer;
+    v_seq bigint;
+BEGIN
+    IF p_channel.max_attempts IS NOT NULL THEN
+        PERFORM lonnymq._dead_letter_heads(p_channel, p_now_ms, true, p_queue.name);
+    END IF;
+    UPDATE lonnymq.message m
+    SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+    WHERE m.id = (SELECT h.id FROM lonnymq.message h
+                  WHERE h.queue_id = p_queue.id AND h.channel_id = p_channel.id
+                    AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                    -- (one deferred after the dead-letter step above ran is
+                    -- left for the next dequeue to dead-letter)
+                    AND (p_channel.max_attempts IS NULL OR h.num_attempts < p_channel.max_attempts)
+                  ORDER BY h.dequeue_ms, h.id
+                  LIMIT 1
+                  FOR UPDATE SKIP LOCKED)
+    -- The delivery itself, so that a single dequeue reads no row twice; and
+    -- whether it was the channel's last due message: none follows it. Only
+    -- a hint for whether to raise the head (the raise reads afresh under the
+    -- head lock), so it looks past the claimed one only: the entries before
+    -- it are those claimed since the last vacuum, which a busy channel
+    -- accumulates by the thousand.
+    RETURNING m.id, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority),
+              NOT EXISTS (SELECT 1 FROM lonnymq.message o
+                          WHERE o.queue_id = p_queue.id AND o.channel_id = p_channel.id
+                            AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
+                            AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id))
+    INTO id, content, state, num_attempts, dequeue_at, v_drained;
+    IF NOT FOUND THEN
+        PERFORM lonnymq._channel_settle_key(p_channel, p_now_ms, p_may_raise);
+        raised := 1;
+        RETURN;
+    END IF;
+    -- Its last due message taken: its head rises with this turn (under the
+    -- head lock, see _channel_raise_head), so a drained channel leaves the
+    -- scheduler (and becomes sweepable) at once. Otherwise the head stays
+    -- where it is, a lower bound.
+    v_raise := v_drained AND p_may_raise AND lonnymq._take_head_lock(p_channel.lock_key);
+    raised := v_raise::integer;
+    -- Read under the head lock, in a snapshot taken after it (as
+    -- _channel_refresh does).
+    IF v_raise THEN
+        SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
+        WHERE m.queue_id = p_queue.id AND m.channel_id = p_channel.id AND m.locked_until_ms IS NULL
+        ORDER BY m.dequeue_ms, m.id
+        LIMIT 1;
+    END IF;
+    -- The turn (and the raised head) in one update of the row, by its key
+    -- alone: the cheapest statement there is.
+    v_counted := lonnymq._accounted(p_channel.max_concurrency, p_channel.release_interval_ms,
+                                    p_channel.max_size)::integer;
+    v_seq := pg_catalog.nextval('lonnymq.turn_seq');
+    UPDATE lonnymq.channel c
+    SET locked_count = c.locked_count + v_counted,
+        last_turn_ms = p_now_ms,
+        turn_seq = v_seq,
+        head_ms = CASE WHEN v_raise THEN v_head_ms ELSE c.head_ms END,
+        ready_ms = lonnymq._ready_ms(CASE WHEN v_raise THEN v_head_ms ELSE c.head_ms END, p_now_ms,
+                                     c.release_interval_ms, c.locked_count + v_counted, c.max_concurrency, v_seq)
+    WHERE c.id = p_channel.id;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._serve_channel(lonnymq.queue, lonnymq.channel, bigint, bigint, boolean)
+    IS 'Dequeue round of one locked channel: its head claimed and returned, its turn recorded.';
+
 -- A round of several channels, served as single dequeues in a row would be
 -- (see _dequeue_round), with a statement per step instead of two per channel:
 -- the heads claimed in one statement (LATERAL ... LIMIT 1: one probe of each
@@ -304,7 +396,7 @@ COMMENT ON FUNCTION lonnymq._serve_round(lonnymq.queue, lonnymq.channel[], bigin
 -- (each holds an advisory lock until commit, and the lock table is shared
 -- and finite); past that, heads stay early, which is safe. `raised` counts
 -- the head locks used. A round of several channels is served by
--- _serve_round, set-based; this loop serves a round of one.
+-- _serve_round, set-based; a round of one by _serve_channel.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
                                                   p_only bigint[], p_raises integer,
@@ -315,12 +407,7 @@ AS $$
 DECLARE
     v_round lonnymq.channel[];
     v_channel lonnymq.channel;
-    v_id bigint;
-    v_drained boolean;
-    v_counted integer;
-    v_raise boolean;
-    v_head_ms bigint;  -- the raised head, read under the head lock
-    v_seq bigint;
+    v_one record;
     v_from integer;
     v_slice record;
 BEGIN
@@ -361,68 +448,18 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
-    FOREACH v_channel IN ARRAY v_round LOOP
-        IF v_channel.max_attempts IS NOT NULL THEN
-            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, true, p_queue.name);
-        END IF;
-        UPDATE lonnymq.message m
-        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-        WHERE m.id = (SELECT h.id FROM lonnymq.message h
-                      WHERE h.queue_id = p_queue.id AND h.channel_id = v_channel.id
-                        AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
-                        -- (one deferred after the dead-letter step above ran
-                        -- is left for the next dequeue to dead-letter)
-                        AND (v_channel.max_attempts IS NULL OR h.num_attempts < v_channel.max_attempts)
-                      ORDER BY h.dequeue_ms, h.id
-                      LIMIT 1
-                      FOR UPDATE SKIP LOCKED)
-        -- Whether it was the channel's last due message: none follows it.
-        -- Only a hint for whether to raise the head (the raise reads afresh
-        -- under the head lock), so it looks past the claimed one only: the
-        -- entries before it are those claimed since the last vacuum, which
-        -- a busy channel accumulates by the thousand.
-        RETURNING m.id, NOT EXISTS (SELECT 1 FROM lonnymq.message o
-                                    WHERE o.queue_id = p_queue.id AND o.channel_id = v_channel.id
-                                      AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
-                                      AND (o.dequeue_ms, o.id) > (m.dequeue_ms, m.id))
-        INTO v_id, v_drained;
-        IF NOT FOUND THEN
-            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
-            raised := raised + 1;
-            tried := tried || v_channel.id;
-            CONTINUE;
-        END IF;
-        -- Its last due message taken: its head rises with this turn (under
-        -- the head lock, see _channel_raise_head), so a drained channel leaves
-        -- the scheduler (and becomes sweepable) at once. Otherwise the head
-        -- stays where it is, a lower bound.
-        v_raise := v_drained AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
-        raised := raised + v_raise::integer;
-        -- Read under the head lock, in a snapshot taken after it (as
-        -- _channel_refresh does).
-        IF v_raise THEN
-            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
-        -- The turn (and the raised head) in one update of the row, by its key
-        -- alone: the cheapest statement there is.
-        v_counted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                        v_channel.max_size)::integer;
-        v_seq := pg_catalog.nextval('lonnymq.turn_seq');
-        UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count + v_counted,
-            last_turn_ms = p_now_ms,
-            turn_seq = v_seq,
-            head_ms = CASE WHEN v_raise THEN v_head_ms ELSE c.head_ms END,
-            ready_ms = lonnymq._ready_ms(CASE WHEN v_raise THEN v_head_ms ELSE c.head_ms END, p_now_ms,
-                                         c.release_interval_ms, c.locked_count + v_counted, c.max_concurrency,
-                                         v_seq)
-        WHERE c.id = v_channel.id;
-        ids := ids || v_id;
-        served := served || v_channel.id;
-    END LOOP;
+    IF pg_catalog.cardinality(v_round) = 0 THEN
+        RETURN;
+    END IF;
+    v_channel := v_round[1];
+    v_one := lonnymq._serve_channel(p_queue, v_channel, p_now_ms, p_lock_ms, p_raises > 0);
+    raised := v_one.raised;
+    IF v_one.id IS NULL THEN
+        tried := ARRAY[v_channel.id];
+    ELSE
+        ids := ARRAY[v_one.id];
+        served := ARRAY[v_channel.id];
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
@@ -582,11 +619,157 @@ $$;
 COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer)
     IS 'Messages of one held channel, without a turn; the channel in tried when it has none.';
 
+-- Step 0. A single dequeue when nothing competes with the channels (no
+-- expired lock to redeliver, no channel-less message ready, the queue not
+-- paused), which is most of them: the fairest free channel locked into a row
+-- and served by _serve_channel, the delivery returned as claimed. What
+-- _dequeue_round does for a round of one, without the arrays and the reads
+-- that a batch needs. When it delivers nothing, `tried` says where
+-- _dequeue_many goes on: the channel it took without success, or none when
+-- every ready channel is held by someone else (or none is ready).
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_single(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                   OUT id bigint, OUT channel text, OUT content bytea,
+                                                   OUT state bytea, OUT num_attempts bigint,
+                                                   OUT dequeue_at timestamptz, OUT tried bigint[])
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_channel lonnymq.channel;
+    v_one record;
+BEGIN
+    tried := '{}';
+    SELECT c.* INTO v_channel FROM lonnymq.channel c
+    WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused
+    ORDER BY c.ready_ms, c.turn_seq, c.id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_one := lonnymq._serve_channel(p_queue, v_channel, p_now_ms, p_lock_ms, true);
+    IF v_one.id IS NULL THEN
+        tried := ARRAY[v_channel.id];
+        RETURN;
+    END IF;
+    id := v_one.id;
+    channel := v_channel.name;
+    content := v_one.content;
+    state := v_one.state;
+    num_attempts := v_one.num_attempts;
+    dequeue_at := v_one.dequeue_at;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_single(lonnymq.queue, bigint, bigint)
+    IS 'Dequeue step: one message of the fairest free channel, returned as delivered.';
+
+-- Every other dequeue, and a single one that step 0 could not serve: the
+-- steps composed, as max_messages single dequeues in a row would run them
+-- (README, "Concepts": batches). Expired locks first (p_expired: the probe
+-- saw some), then rounds of the fairest free channels, with the channel-less
+-- messages (p_channelless_ms: their scheduling key, NULL when none is ready)
+-- taking their turn as one more channel, and, when every ready channel is
+-- held by someone else, messages of a held one. p_hinted: busy channels with
+-- due hints (see _absorb_hints). p_tried and p_held carry on from step 0.
+-- Returns the ids claimed, in delivery order; the first `recovered` of them
+-- are redeliveries.
+CREATE OR REPLACE FUNCTION lonnymq._dequeue_many(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                 p_want integer, p_channelless_ms bigint, p_expired boolean,
+                                                 p_hinted bigint[], p_tried bigint[], p_held boolean,
+                                                 OUT ids bigint[], OUT recovered integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_queue lonnymq.queue := p_queue;  -- (its channel-less turn moves on below)
+    v_channelless_ms bigint := p_channelless_ms;
+    v_channels_ready boolean;    -- whether any channel may have something ready
+    v_tried bigint[] := p_tried; -- channels taken without success: passed over
+    v_served bigint[] := '{}';   -- channels this call served (it holds their rows; may repeat)
+    v_only bigint[];             -- once a round came up short: look only at those
+    v_held boolean := p_held;    -- the next channel step serves a held channel
+    -- Head locks this call may still take: each channel tried used one.
+    v_raises integer := lonnymq._head_lock_budget() - pg_catalog.cardinality(p_tried);
+    v_turn_seq bigint;
+    v_taken bigint[];
+    v_step record;
+BEGIN
+    ids := '{}';
+    IF p_expired THEN
+        ids := lonnymq._dequeue_expired(p_queue, p_now_ms, p_lock_ms, p_want);
+    END IF;
+    recovered := pg_catalog.cardinality(ids);
+    -- queue_pause: no fresh delivery. (Expired locks above are work handed
+    -- out before the pause, redelivered as for a paused channel.)
+    IF p_queue.paused OR recovered >= p_want THEN
+        RETURN;
+    END IF;
+    -- Read after the steps above, which may have made a channel ready (a due
+    -- hint absorbed, a slot freed by a dead-lettered expired delivery); a
+    -- busy channel with due hints counts as ready for the held step.
+    v_channels_ready := pg_catalog.cardinality(p_hinted) > 0
+        OR EXISTS (SELECT 1 FROM lonnymq.channel c
+                   WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused);
+    -- With no channel ready, the channel-less messages are all there is: as
+    -- many as wanted, in one statement.
+    IF v_channelless_ms IS NOT NULL AND NOT v_channels_ready THEN
+        ids := ids || lonnymq._dequeue_channelless(p_queue, p_now_ms, p_lock_ms,
+                                                   p_want - pg_catalog.cardinality(ids), NULL);
+    END IF;
+
+    WHILE v_channels_ready AND pg_catalog.cardinality(ids) < p_want LOOP
+        -- Channels: a round of free ones or, once there is none and the
+        -- channel-less messages had their chance, a held one.
+        IF v_held THEN
+            v_step := lonnymq._dequeue_held(v_queue, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
+                                            v_channelless_ms, v_tried, p_hinted, v_raises);
+        ELSE
+            v_step := lonnymq._dequeue_round(v_queue, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
+                                             v_channelless_ms, v_tried, v_only, v_raises);
+        END IF;
+        ids := ids || v_step.ids;
+        v_served := v_served || v_step.served;
+        v_tried := v_tried || v_step.tried;
+        v_raises := v_raises - v_step.raised;
+        IF pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) > 0 THEN
+            -- A round short, and not because of the channel-less turn: every
+            -- other ready channel is held by someone else. Later rounds look
+            -- only at the channels this call holds instead of walking past the
+            -- others again.
+            IF NOT v_held AND pg_catalog.cardinality(ids) < p_want AND v_channelless_ms IS NULL THEN
+                v_only := v_served;
+            END IF;
+            v_held := false;
+            CONTINUE;
+        END IF;
+        EXIT WHEN v_held;  -- nothing ready anywhere
+        IF v_channelless_ms IS NULL THEN
+            v_held := true;
+            CONTINUE;
+        END IF;
+        -- The channel-less messages' turn, against the channels: one message
+        -- and its turn recorded, so every ready channel comes before it again.
+        v_turn_seq := pg_catalog.nextval('lonnymq.turn_seq');
+        v_taken := lonnymq._dequeue_channelless(v_queue, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
+                                                v_turn_seq);
+        ids := ids || v_taken;
+        IF pg_catalog.cardinality(v_taken) = 0 THEN
+            v_channelless_ms := NULL;  -- none left: the channel-less part is done
+        ELSE
+            v_channelless_ms := p_now_ms;
+            v_queue.channelless_turn_seq := v_turn_seq;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._dequeue_many(lonnymq.queue, bigint, bigint, integer, bigint, boolean, bigint[],
+                                          bigint[], boolean)
+    IS 'Dequeue steps composed: expired locks, rounds, channel-less turns, held channels; the ids claimed.';
+
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
--- like max_messages single dequeues in a row (README, "Concepts": batches): expired locks
--- first, then rounds of the fairest free channels, with the channel-less
--- messages taking their turn as one more channel, and, when every ready
--- channel is held by someone else, messages of a held one.
+-- like max_messages single dequeues in a row (README, "Concepts": batches):
+-- expired locks first, then rounds of the fairest free channels, with the
+-- channel-less messages taking their turn as one more channel, and, when
+-- every ready channel is held by someone else, messages of a held one.
 CREATE OR REPLACE FUNCTION lonnymq.message_dequeue(queue text, lock_ms bigint, max_messages integer DEFAULT 1)
 RETURNS TABLE (id bigint, channel text, content bytea, state bytea, num_attempts bigint,
                dequeue_at timestamptz, recovered boolean)
@@ -602,22 +785,14 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue lonnymq.queue;
     v_now_ms bigint := lonnymq._now_ms();
-    v_ids bigint[] := '{}';      -- claimed so far, in delivery order
-    v_recovered integer := 0;    -- the first this many of them are redeliveries
-    v_channelless_ms bigint;     -- scheduling key of the channel-less messages; NULL: none ready
-    v_channels_ready boolean;    -- whether any channel may have something ready
-    v_hinted bigint[];           -- busy channels with due hints: ready, maybe unrecorded
-    v_tried bigint[] := '{}';    -- channels taken without success: passed over
-    v_served bigint[] := '{}';   -- channels this call served (it holds their rows; may repeat)
-    v_only bigint[];             -- once a round came up short: look only at those
-    v_held boolean := false;     -- the next channel step serves a held channel
-    v_raises integer := lonnymq._head_lock_budget();  -- head locks this call may still take
-    v_turn_seq bigint;
-    v_taken bigint[];
-    v_step record;
-    v_row record;
+    v_probe record;
+    v_queue lonnymq.queue;
+    v_hinted bigint[] := '{}';   -- busy channels with due hints: ready, maybe unrecorded
+    v_tried bigint[] := '{}';    -- from step 0: see _dequeue_many
+    v_held boolean := false;
+    v_one record;
+    v_many record;
 BEGIN
     IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
        OR message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000
@@ -628,16 +803,14 @@ BEGIN
         END IF;
         PERFORM lonnymq._invalid('max_messages must be between 1 and 10000');
     END IF;
-    -- The queue, and whether each step has anything to do: a step that would
-    -- find nothing is not run at all.
+    -- The queue, and what competes with its channels; each probe is one
+    -- step of an ordered index, bounded by now (earliest first).
     SELECT q AS queue,
            (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
               AND m.dequeue_ms <= v_now_ms
             ORDER BY m.dequeue_ms, m.id
-            LIMIT 1) AS free_ms,
-           -- (Earliest first and bounded by now, so that each is one probe of
-           -- its ordered index.)
+            LIMIT 1) AS channelless_ms,
            (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
             WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms
             ORDER BY h.dequeue_ms LIMIT 1) IS NOT NULL AS hinted,
@@ -648,92 +821,35 @@ BEGIN
            -- been taken earlier. Workload 5's "completed" shape.)
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
-            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- (A channel held by another dequeuer is ready here too. A probe of
-           -- the scheduler index, as every plan here is (enable_seqscan off):
-           -- while an old snapshot holds the dead entries every turn leaves
-           -- at its front, it fetches each from the heap, which the round then
-           -- does again; a scan of the table would stop at its first ready
-           -- row instead, but only plans that never read a whole table are
-           -- safe to keep, see design.md.)
-           EXISTS (SELECT 1 FROM lonnymq.channel c
-                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
-    INTO v_row
+            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired
+    INTO v_probe
     FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
-    IF v_row IS NULL THEN
+    IF NOT FOUND THEN
         RETURN;
     END IF;
-    v_queue := v_row.queue;
-    v_channelless_ms := v_row.free_ms;
-    v_hinted := '{}';
-    IF v_row.hinted IS TRUE THEN
+    v_queue := v_probe.queue;
+    IF v_probe.hinted THEN
         v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
     END IF;
-    IF v_row.expired IS TRUE THEN
-        v_ids := lonnymq._dequeue_expired(v_queue, v_now_ms, message_dequeue.lock_ms, message_dequeue.max_messages);
-        v_recovered := pg_catalog.cardinality(v_ids);
+    IF message_dequeue.max_messages = 1 AND NOT v_probe.expired AND v_probe.channelless_ms IS NULL
+       AND NOT v_queue.paused THEN
+        v_one := lonnymq._dequeue_single(v_queue, v_now_ms, message_dequeue.lock_ms);
+        IF v_one.id IS NOT NULL THEN
+            id := v_one.id;
+            channel := v_one.channel;
+            content := v_one.content;
+            state := v_one.state;
+            num_attempts := v_one.num_attempts;
+            dequeue_at := v_one.dequeue_at;
+            recovered := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        v_tried := v_one.tried;
+        v_held := pg_catalog.cardinality(v_tried) = 0;  -- no free channel: the next step is a held one
     END IF;
-    -- (Since the probe, a channel whose hint was due may have become ready,
-    -- and one whose expired delivery was dead-lettered may have a free slot.)
-    v_channels_ready := v_row.channels_ready OR v_row.hinted IS TRUE OR v_row.expired IS TRUE;
-    -- queue_pause: no fresh delivery. (Expired locks above are work handed
-    -- out before the pause, redelivered as for a paused channel.)
-    -- With no channel ready, the channel-less messages are all there is: as
-    -- many as wanted, in one statement.
-    IF v_channelless_ms IS NOT NULL AND NOT v_channels_ready AND NOT v_queue.paused
-       AND pg_catalog.cardinality(v_ids) < message_dequeue.max_messages THEN
-        v_ids := v_ids || lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
-                                                       message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
-                                                       NULL);
-    END IF;
-
-    WHILE v_channels_ready AND pg_catalog.cardinality(v_ids) < message_dequeue.max_messages
-          AND NOT v_queue.paused LOOP
-        -- Channels: a round of free ones or, once there is none and the
-        -- channel-less messages had their chance, a held one.
-        IF v_held THEN
-            v_step := lonnymq._dequeue_held(v_queue, v_now_ms, message_dequeue.lock_ms,
-                                            message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
-                                            v_channelless_ms, v_tried, v_hinted, v_raises);
-        ELSE
-            v_step := lonnymq._dequeue_round(v_queue, v_now_ms, message_dequeue.lock_ms,
-                                             message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
-                                             v_channelless_ms, v_tried, v_only, v_raises);
-        END IF;
-        v_ids := v_ids || v_step.ids;
-        v_served := v_served || v_step.served;
-        v_tried := v_tried || v_step.tried;
-        v_raises := v_raises - v_step.raised;
-        IF pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) > 0 THEN
-            -- A round short, and not because of the channel-less turn: every
-            -- other ready channel is held by someone else. Later rounds look
-            -- only at the channels this call holds instead of walking past the
-            -- others again.
-            IF NOT v_held AND pg_catalog.cardinality(v_ids) < message_dequeue.max_messages AND v_channelless_ms IS NULL THEN
-                v_only := v_served;
-            END IF;
-            v_held := false;
-            CONTINUE;
-        END IF;
-        EXIT WHEN v_held;  -- nothing ready anywhere
-        IF v_channelless_ms IS NULL THEN
-            v_held := true;
-            CONTINUE;
-        END IF;
-        -- The channel-less messages' turn, against the channels: one message
-        -- and its turn recorded, so every ready channel comes before it again.
-        v_turn_seq := pg_catalog.nextval('lonnymq.turn_seq');
-        v_taken := lonnymq._dequeue_channelless(v_queue, v_now_ms, message_dequeue.lock_ms,
-                                                message_dequeue.max_messages - pg_catalog.cardinality(v_ids),
-                                                v_turn_seq);
-        v_ids := v_ids || v_taken;
-        IF pg_catalog.cardinality(v_taken) = 0 THEN
-            v_channelless_ms := NULL;  -- none left: the channel-less part is done
-        ELSE
-            v_channelless_ms := v_now_ms;
-            v_queue.channelless_turn_seq := v_turn_seq;
-        END IF;
-    END LOOP;
+    v_many := lonnymq._dequeue_many(v_queue, v_now_ms, message_dequeue.lock_ms, message_dequeue.max_messages,
+                                    v_probe.channelless_ms, v_probe.expired, v_hinted, v_tried, v_held);
 
     -- The deliveries, in the order they were claimed (one plan for every
     -- count: see plan_cache_mode above). Each row and its channel's name
@@ -742,8 +858,8 @@ BEGIN
     -- being flattened into one).
     RETURN QUERY
     SELECT m.id, (SELECT c.name FROM lonnymq.channel c WHERE c.id = m.channel_id), m.content, m.state,
-           m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority), o.n <= v_recovered
-    FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS o(id, n)
+           m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority), o.n <= v_many.recovered
+    FROM pg_catalog.unnest(v_many.ids) WITH ORDINALITY AS o(id, n)
     CROSS JOIN LATERAL (SELECT d.* FROM lonnymq.message d WHERE d.id = o.id LIMIT 1) m
     ORDER BY o.n;
 END

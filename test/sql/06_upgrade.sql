@@ -72,3 +72,6 @@ RESET check_function_bodies;
 -- From 1.4.
 \set from '1.4'
 \i test/upgrade_route.psql
+-- From 1.5.
+\set from '1.5'
+\i test/upgrade_route.psql

@@ -151,6 +151,76 @@ SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served, pg
 FROM lonnymq._dequeue_held(pg_temp.q(), lonnymq._now_ms(), 60000, 5, NULL, '{}', '{}', 256) r;
 ROLLBACK;
 
+-- _serve_channel, a round of one channel locked by the caller: its head
+-- claimed and returned as delivered (the row as it is now in the table), its
+-- turn recorded (the channel moves behind the others), a limited channel's
+-- slot counted, no head lock (b2 is still due).
+BEGIN;
+SELECT name, max_concurrency FROM lonnymq.channel_set('steps', 'b', max_concurrency => 2);
+CREATE TEMP TABLE served ON COMMIT DROP AS
+SELECT * FROM lonnymq._serve_channel(pg_temp.q(),
+                                     (SELECT c FROM lonnymq.channel c WHERE c.name = 'b' FOR NO KEY UPDATE),
+                                     lonnymq._now_ms(), 60000, true);
+SELECT convert_from(s.content, 'UTF8') AS content, s.num_attempts, s.raised,
+       (s.id, s.content, s.state, s.num_attempts, s.dequeue_at)
+       IS NOT DISTINCT FROM (m.id, m.content, m.state, m.num_attempts,
+                             lonnymq._dequeue_at(m.dequeue_ms, m.priority)) AS as_stored
+FROM served s LEFT JOIN lonnymq.message m ON m.id = s.id AND m.locked_until_ms IS NOT NULL;
+SELECT name, locked_count FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
+ORDER BY c.ready_ms, c.turn_seq, c.id;
+-- Nothing due (b2 deferred): no delivery, no turn, one head lock used; with
+-- none allowed (p_may_raise false) the head stays early and no slot moves.
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
+WHERE content = 'b2' AND queue_id = (pg_temp.q()).id;
+UPDATE lonnymq.channel SET ready_ms = lonnymq._now_ms() WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT s.id IS NULL AS nothing, s.raised
+FROM lonnymq._serve_channel(pg_temp.q(), (SELECT c FROM lonnymq.channel c WHERE c.name = 'b' FOR NO KEY UPDATE),
+                            lonnymq._now_ms(), 60000, false) s;
+SELECT head_ms <= lonnymq._now_ms() AS head_stays, locked_count FROM lonnymq.channel
+WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+ROLLBACK;
+
+-- _dequeue_single: the fairest free channel's head, with its channel's name.
+-- When the fairest has nothing due, it reports that channel as tried; when
+-- no free channel is ready, nothing as tried (the next step is the held one).
+BEGIN;
+SELECT d.channel, convert_from(d.content, 'UTF8') AS content, d.num_attempts, d.tried
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000) d;
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
+WHERE content IN ('b1', 'b2') AND queue_id = (pg_temp.q()).id;
+UPDATE lonnymq.channel SET ready_ms = 0 WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT d.id IS NULL AS nothing, pg_temp.names(d.tried) AS tried
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000) d;
+UPDATE lonnymq.channel SET ready_ms = NULL WHERE queue_id = (pg_temp.q()).id;
+SELECT d.id IS NULL AS nothing, d.tried
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000) d;
+ROLLBACK;
+
+-- _dequeue_many goes on where step 0 stopped: the channels in p_tried are
+-- passed over, the rest served in rounds, then the channel-less messages
+-- (with no channel left); expired locks come first and are counted as
+-- recovered.
+BEGIN;
+SELECT pg_temp.contents(r.ids) AS claimed, r.recovered
+FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3, NULL, false, '{}',
+                           ARRAY(SELECT id FROM lonnymq.channel WHERE name = 'a'), false) r;
+UPDATE lonnymq.message SET locked_until_ms = 1 WHERE queue_id = (pg_temp.q()).id AND content = 'b1';
+SELECT pg_temp.contents(r.ids) AS claimed, r.recovered
+FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 10,
+                           (SELECT min(dequeue_ms) FROM lonnymq.message
+                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), true, '{}', '{}', false) r;
+ROLLBACK;
+-- A single dequeue whose fairest channel has nothing due (a stale key) goes
+-- on to the next ready channel, a limited one included.
+BEGIN;
+SELECT name, max_concurrency FROM lonnymq.channel_set('stale', 'limited', max_concurrency => 1);
+SELECT status FROM lonnymq.message_create('stale', 'limited', 'l1');
+SELECT status FROM lonnymq.message_create('stale', 'early', 'e1', dequeue_at => now() + interval '1 hour');
+UPDATE lonnymq.channel c SET ready_ms = 0 FROM lonnymq.queue q
+WHERE q.id = c.queue_id AND q.name = 'stale' AND c.name = 'early';
+SELECT d.channel, convert_from(d.content, 'UTF8') AS content FROM lonnymq.message_dequeue('stale', 60000) d;
+ROLLBACK;
+
 -- Functions whose statements take arrays plan them once (generic plans): a
 -- custom plan knows an array's length, so the plan cache would plan them
 -- again at every call (bench/README.md, "plan cache").
