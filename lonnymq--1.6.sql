@@ -1953,9 +1953,11 @@ COMMENT ON FUNCTION lonnymq._channel_settle_key(lonnymq.channel, bigint, boolean
 -- One channel of a round, locked by the caller (FOR NO KEY UPDATE), served
 -- as a single dequeue serves it: its due heads out of attempts dead-lettered,
 -- its first due message claimed and returned as delivered, its turn recorded.
--- A channel with nothing to take gets no turn (_channel_settle_key) and an
--- id of NULL. `raised` is 1 when a head lock was used (always, for a channel
--- with nothing to take: see _dequeue_round), 0 otherwise.
+-- A channel with nothing to take gets an id of NULL and no real turn: its
+-- head raised or, when it cannot be, an empty turn (_channel_settle_key).
+-- `raised` counts the head lock against the call's budget: 1 when one was
+-- taken, and always for a channel with nothing to take (which may have
+-- taken one), 0 otherwise.
 CREATE OR REPLACE FUNCTION lonnymq._serve_channel(p_queue lonnymq.queue, p_channel lonnymq.channel,
                                                   p_now_ms bigint, p_lock_ms bigint, p_may_raise boolean,
                                                   OUT id bigint, OUT content bytea, OUT state bytea,
@@ -2039,9 +2041,9 @@ COMMENT ON FUNCTION lonnymq._serve_channel(lonnymq.queue, lonnymq.channel, bigin
 -- the heads claimed in one statement (LATERAL ... LIMIT 1: one probe of each
 -- channel, never a join over the table), the turns recorded in another. That
 -- saves a batch of 100 about a third of its server CPU per message
--- (bench/README.md); a round of one channel, every single dequeue, stays on
--- the two plain statements of _dequeue_round, which cost it less than these
--- (9% more per single dequeue, measured).
+-- (bench/README.md); a round of one channel stays on the two plain
+-- statements of _serve_channel, which cost it less than these (9% more per
+-- single dequeue, measured).
 CREATE OR REPLACE FUNCTION lonnymq._serve_round(p_queue lonnymq.queue, p_round lonnymq.channel[], p_now_ms bigint,
                                                 p_lock_ms bigint, p_raises integer,
                                                 OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
@@ -2368,15 +2370,18 @@ $$;
 COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer)
     IS 'Messages of one held channel, without a turn; the channel in tried when it has none.';
 
--- Step 0. A single dequeue when nothing competes with the channels (no
--- expired lock to redeliver, no channel-less message ready, the queue not
--- paused), which is most of them: the fairest free channel locked into a row
--- and served by _serve_channel, the delivery returned as claimed. What
--- _dequeue_round does for a round of one, without the arrays and the reads
--- that a batch needs. When it delivers nothing, `tried` says where
--- _dequeue_many goes on: the channel it took without success, or none when
--- every ready channel is held by someone else (or none is ready).
+-- Step 0. A single dequeue when only one kind of message can be ready (no
+-- expired lock to redeliver, the queue not paused, and either no
+-- channel-less message ready or no channel), which is most of them: the
+-- fairest free channel locked into a row and served by _serve_channel, or
+-- with p_channelless the first channel-less message claimed, the delivery
+-- returned as claimed. What _dequeue_round and _dequeue_channelless do for
+-- one message, without the arrays and the reads that a batch needs. When it
+-- delivers nothing, `tried` says where _dequeue_many goes on: the channel it
+-- took without success, or none when every ready channel is held by someone
+-- else (or none is ready).
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_single(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
+                                                   p_channelless boolean,
                                                    OUT id bigint, OUT channel text, OUT content bytea,
                                                    OUT state bytea, OUT num_attempts bigint,
                                                    OUT dequeue_at timestamptz, OUT tried bigint[])
@@ -2388,6 +2393,19 @@ DECLARE
     v_one record;
 BEGIN
     tried := '{}';
+    IF p_channelless THEN
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+        WHERE m.id = (SELECT f.id FROM lonnymq.message f
+                      WHERE f.queue_id = p_queue.id AND f.channel_id IS NULL
+                        AND f.locked_until_ms IS NULL AND f.dequeue_ms <= p_now_ms
+                      ORDER BY f.dequeue_ms, f.id
+                      LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING m.id, m.content, m.state, m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority)
+        INTO id, content, state, num_attempts, dequeue_at;
+        RETURN;
+    END IF;
     SELECT c.* INTO v_channel FROM lonnymq.channel c
     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused
     ORDER BY c.ready_ms, c.turn_seq, c.id
@@ -2409,8 +2427,8 @@ BEGIN
     dequeue_at := v_one.dequeue_at;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_single(lonnymq.queue, bigint, bigint)
-    IS 'Dequeue step: one message of the fairest free channel, returned as delivered.';
+COMMENT ON FUNCTION lonnymq._dequeue_single(lonnymq.queue, bigint, bigint, boolean)
+    IS 'Dequeue step: one message of the fairest free channel, or a channel-less one, returned as delivered.';
 
 -- Every other dequeue, and a single one that step 0 could not serve: the
 -- steps composed, as max_messages single dequeues in a row would run them
@@ -2418,14 +2436,16 @@ COMMENT ON FUNCTION lonnymq._dequeue_single(lonnymq.queue, bigint, bigint)
 -- saw some), then rounds of the fairest free channels, with the channel-less
 -- messages (p_channelless_ms: their scheduling key, NULL when none is ready)
 -- taking their turn as one more channel, and, when every ready channel is
--- held by someone else, messages of a held one. p_hinted: busy channels with
--- due hints (see _absorb_hints). p_tried and p_held carry on from step 0.
+-- held by someone else, messages of a held one. p_channels_ready: whether
+-- any channel is ready, as the caller knows it (NULL: read it here).
+-- p_hinted: busy channels with due hints (see _absorb_hints). p_tried and
+-- p_held carry on from step 0.
 -- Returns the ids claimed, in delivery order; the first `recovered` of them
 -- are redeliveries.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_many(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                  p_want integer, p_channelless_ms bigint, p_expired boolean,
-                                                 p_hinted bigint[], p_tried bigint[], p_held boolean,
-                                                 OUT ids bigint[], OUT recovered integer)
+                                                 p_channels_ready boolean, p_hinted bigint[], p_tried bigint[],
+                                                 p_held boolean, OUT ids bigint[], OUT recovered integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -2438,6 +2458,7 @@ DECLARE
     v_held boolean := p_held;    -- the next channel step serves a held channel
     -- Head locks this call may still take: each channel tried used one.
     v_raises integer := lonnymq._head_lock_budget() - pg_catalog.cardinality(p_tried);
+    v_want integer;              -- what the next step may claim
     v_turn_seq bigint;
     v_taken bigint[];
     v_step record;
@@ -2452,12 +2473,15 @@ BEGIN
     IF p_queue.paused OR recovered >= p_want THEN
         RETURN;
     END IF;
-    -- Read after the steps above, which may have made a channel ready (a due
-    -- hint absorbed, a slot freed by a dead-lettered expired delivery); a
-    -- busy channel with due hints counts as ready for the held step.
-    v_channels_ready := pg_catalog.cardinality(p_hinted) > 0
-        OR EXISTS (SELECT 1 FROM lonnymq.channel c
-                   WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused);
+    -- A busy channel with due hints counts as ready for the held step.
+    -- Otherwise what the caller saw, or read now when it did not look (or
+    -- what it saw may have changed since: a due hint absorbed, a slot freed
+    -- by a dead-lettered expired delivery).
+    v_channels_ready := pg_catalog.cardinality(p_hinted) > 0 OR p_channels_ready;
+    IF v_channels_ready IS NULL THEN
+        v_channels_ready := EXISTS (SELECT 1 FROM lonnymq.channel c
+                                    WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused);
+    END IF;
     -- With no channel ready, the channel-less messages are all there is: as
     -- many as wanted, in one statement.
     IF v_channelless_ms IS NOT NULL AND NOT v_channels_ready THEN
@@ -2468,23 +2492,28 @@ BEGIN
     WHILE v_channels_ready AND pg_catalog.cardinality(ids) < p_want LOOP
         -- Channels: a round of free ones or, once there is none and the
         -- channel-less messages had their chance, a held one.
+        v_want := p_want - pg_catalog.cardinality(ids);
         IF v_held THEN
-            v_step := lonnymq._dequeue_held(v_queue, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
-                                            v_channelless_ms, v_tried, p_hinted, v_raises);
+            v_step := lonnymq._dequeue_held(v_queue, p_now_ms, p_lock_ms, v_want, v_channelless_ms, v_tried,
+                                            p_hinted, v_raises);
         ELSE
-            v_step := lonnymq._dequeue_round(v_queue, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
-                                             v_channelless_ms, v_tried, v_only, v_raises);
+            v_step := lonnymq._dequeue_round(v_queue, p_now_ms, p_lock_ms, v_want, v_channelless_ms, v_tried,
+                                             v_only, v_raises);
         END IF;
         ids := ids || v_step.ids;
         v_served := v_served || v_step.served;
         v_tried := v_tried || v_step.tried;
         v_raises := v_raises - v_step.raised;
         IF pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) > 0 THEN
-            -- A round short, and not because of the channel-less turn: every
-            -- other ready channel is held by someone else. Later rounds look
-            -- only at the channels this call holds instead of walking past the
-            -- others again.
-            IF NOT v_held AND pg_catalog.cardinality(ids) < p_want AND v_channelless_ms IS NULL THEN
+            -- A round that locked fewer channels than it wanted, and not
+            -- because of the channel-less turn: every other ready channel is
+            -- held by someone else. Later rounds look only at the channels
+            -- this call holds instead of walking past the others again. (A
+            -- round that locked as many as it wanted but found some with
+            -- nothing due, "tried", says nothing about the others: the next
+            -- round looks at all of them again, passing over the tried.)
+            IF NOT v_held AND pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) < v_want
+               AND v_channelless_ms IS NULL THEN
                 v_only := v_served;
             END IF;
             v_held := false;
@@ -2510,8 +2539,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_many(lonnymq.queue, bigint, bigint, integer, bigint, boolean, bigint[],
-                                          bigint[], boolean)
+COMMENT ON FUNCTION lonnymq._dequeue_many(lonnymq.queue, bigint, bigint, integer, bigint, boolean, boolean,
+                                          bigint[], bigint[], boolean)
     IS 'Dequeue steps composed: expired locks, rounds, channel-less turns, held channels; the ids claimed.';
 
 -- Dequeues up to max_messages messages, locking each for lock_ms. Behaves
@@ -2554,12 +2583,7 @@ BEGIN
     END IF;
     -- The queue, and what competes with its channels; each probe is one
     -- step of an ordered index, bounded by now (earliest first).
-    SELECT q AS queue,
-           (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) FROM lonnymq.message m
-            WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-              AND m.dequeue_ms <= v_now_ms
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1) AS channelless_ms,
+    SELECT q AS queue, f.channelless_ms,
            (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
             WHERE h.queue_id = q.id AND h.dequeue_ms <= v_now_ms
             ORDER BY h.dequeue_ms LIMIT 1) IS NOT NULL AS hinted,
@@ -2570,9 +2594,23 @@ BEGIN
            -- been taken earlier. Workload 5's "completed" shape.)
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
-            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired
+            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
+           -- Whether any channel is ready, only when channel-less messages
+           -- are (a single dequeue with none never needs it): with no channel
+           -- ready, they are all there is (see _dequeue_many).
+           CASE WHEN f.channelless_ms IS NOT NULL
+                THEN EXISTS (SELECT 1 FROM lonnymq.channel c
+                             WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) END
+               AS channels_ready
     INTO v_probe
-    FROM lonnymq.queue q WHERE q.name = message_dequeue.queue;
+    FROM lonnymq.queue q
+    LEFT JOIN LATERAL (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) AS channelless_ms
+                       FROM lonnymq.message m
+                       WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
+                         AND m.dequeue_ms <= v_now_ms
+                       ORDER BY m.dequeue_ms, m.id
+                       LIMIT 1) f ON true
+    WHERE q.name = message_dequeue.queue;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -2580,9 +2618,12 @@ BEGIN
     IF v_probe.hinted THEN
         v_hinted := lonnymq._absorb_hints(v_queue.id, v_now_ms, message_dequeue.max_messages + 2);
     END IF;
-    IF message_dequeue.max_messages = 1 AND NOT v_probe.expired AND v_probe.channelless_ms IS NULL
-       AND NOT v_queue.paused THEN
-        v_one := lonnymq._dequeue_single(v_queue, v_now_ms, message_dequeue.lock_ms);
+    -- A single dequeue where only the channels, or only the channel-less
+    -- messages, can have something ready: step 0.
+    IF message_dequeue.max_messages = 1 AND NOT v_probe.expired AND NOT v_queue.paused
+       AND (v_probe.channelless_ms IS NULL OR NOT (v_probe.channels_ready OR v_probe.hinted)) THEN
+        v_one := lonnymq._dequeue_single(v_queue, v_now_ms, message_dequeue.lock_ms,
+                                         v_probe.channelless_ms IS NOT NULL);
         IF v_one.id IS NOT NULL THEN
             id := v_one.id;
             channel := v_one.channel;
@@ -2597,8 +2638,12 @@ BEGIN
         v_tried := v_one.tried;
         v_held := pg_catalog.cardinality(v_tried) = 0;  -- no free channel: the next step is a held one
     END IF;
+    -- (What the probe saw of the channels holds unless absorbing hints or
+    -- redelivering expired locks may change it.)
     v_many := lonnymq._dequeue_many(v_queue, v_now_ms, message_dequeue.lock_ms, message_dequeue.max_messages,
-                                    v_probe.channelless_ms, v_probe.expired, v_hinted, v_tried, v_held);
+                                    v_probe.channelless_ms, v_probe.expired,
+                                    CASE WHEN NOT (v_probe.hinted OR v_probe.expired) THEN v_probe.channels_ready END,
+                                    v_hinted, v_tried, v_held);
 
     -- The deliveries, in the order they were claimed (one plan for every
     -- count: see plan_cache_mode above). Each row and its channel's name

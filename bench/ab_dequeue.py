@@ -2,7 +2,7 @@
 
 Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
     .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1]
-                                         [--name NAME]
+                                         [--channelless] [--name NAME]
     .venv/bin/python bench/ab_dequeue.py A.sql --original [--rounds 12] ...
 
 A.sql and B.sql hold function definitions (CREATE OR REPLACE ...), typically two versions
@@ -12,7 +12,8 @@ database of its own (ab_a, ab_b, created afresh). Every round fills both queues 
 transaction, alternating between the two databases every 100 dequeues, and reads each
 backend's CPU time from /proc: drift on the machine (other work, frequency, caches) falls
 on both alike. With --batch N, each call dequeues N messages (max_messages), and the CPU
-is reported per message. Run it with the same file twice to see the noise (A/A): on the 2-core
+is reported per message. With --channelless, the messages have no channel (workload 3's
+shape). Run it with the same file twice to see the noise (A/A): on the 2-core
 machine of bench/README.md, 12 rounds gave ratios of 0.96-1.09 and a median of 1.000.
 With --original, B is the original LonnyMQ instead (its install SQL from the peers'
 folder, see common.PEERS_DIR; single dequeues only): its channels declared without limits,
@@ -93,8 +94,8 @@ def _is_original(conn: psycopg.Connection[Any]) -> bool:
     return conn.info.dbname == ORIGINAL_DB
 
 
-def _refill(conn: psycopg.Connection[Any], messages: int) -> None:
-    """The queue emptied and given `messages` ready messages over the channels, vacuumed."""
+def _refill(conn: psycopg.Connection[Any], messages: int, channelless: bool) -> None:
+    """The queue emptied and given `messages` ready messages over the channels (or none), vacuumed."""
     if _is_original(conn):
         conn.execute("TRUNCATE lonny_up.message, lonny_up.channel")
         conn.execute(
@@ -110,19 +111,20 @@ def _refill(conn: psycopg.Connection[Any], messages: int) -> None:
         tables: tuple[str, ...] = ("lonny_up.message", "lonny_up.channel")
     else:
         conn.execute("TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive")
+        channel = "NULL" if channelless else "'c' || (i %% %s + 1)"
         conn.execute(
-            "SELECT count(lonnymq.message_create('ab', 'c' || (i %% %s + 1), 'payload'::bytea)) "
+            f"SELECT count(lonnymq.message_create('ab', {channel}, 'payload'::bytea)) "
             "FROM generate_series(1, %s) i",
-            (CHANNELS, messages),
+            (messages,) if channelless else (CHANNELS, messages),
         )
         tables = ("lonnymq.message", "lonnymq.channel", "lonnymq.channel_hint")
     for table in tables:
         conn.execute(f"VACUUM ANALYZE {table}")
 
 
-def _fill(conn: psycopg.Connection[Any], messages: int, batch: int) -> int:
-    """An empty queue given `messages` ready messages over the channels; the backend pid."""
-    _refill(conn, messages)
+def _fill(conn: psycopg.Connection[Any], messages: int, batch: int, channelless: bool) -> int:
+    """An empty queue given `messages` ready messages over the channels (or none); the backend pid."""
+    _refill(conn, messages, channelless)
     for _ in range(CHUNK // 2):  # plans made, caches warm
         _dequeue(conn, 1)
     if batch > 1:
@@ -130,11 +132,11 @@ def _fill(conn: psycopg.Connection[Any], messages: int, batch: int) -> int:
     return int(scalar(conn, "SELECT pg_backend_pid()"))
 
 
-def _round(messages: int, batch: int, databases: tuple[str, str]) -> dict[str, float]:
+def _round(messages: int, batch: int, databases: tuple[str, str], channelless: bool) -> dict[str, float]:
     """One round: µs of backend CPU per dequeued message in each database (A's, then B's)."""
     conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in databases}
     try:
-        pids = {db: _fill(conn, messages, batch) for db, conn in conns.items()}
+        pids = {db: _fill(conn, messages, batch, channelless) for db, conn in conns.items()}
         spent = dict.fromkeys(conns, 0.0)
         chunks = (messages - 2 * CHUNK) // CHUNK
         for chunk in range(chunks):
@@ -166,6 +168,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=1, help="max_messages per call, 1-100")
+    parser.add_argument(
+        "--channelless", action="store_true", help="channel-less messages (workload 3's shape)"
+    )
     parser.add_argument("--name", default="dequeue")
     args = parser.parse_args()
     if args.messages < 3 * CHUNK:
@@ -176,6 +181,8 @@ def main() -> None:
         parser.error("give either B.sql or --original")
     if args.original and args.batch != 1:
         parser.error("the original LonnyMQ dequeues one message per call: --batch 1 only")
+    if args.original and args.channelless:
+        parser.error("the original LonnyMQ has no channel-less messages")
     _prepare("ab_a", args.a)
     if args.original:
         _prepare_original(ORIGINAL_DB)
@@ -184,7 +191,7 @@ def main() -> None:
     databases = ("ab_a", ORIGINAL_DB if args.original else "ab_b")
     rounds = []
     for number in range(args.rounds):
-        measured = _round(args.messages, args.batch, databases)
+        measured = _round(args.messages, args.batch, databases, args.channelless)
         result = {"ab_a": measured[databases[0]], "ab_b": measured[databases[1]]}
         result["ratio"] = result["ab_b"] / result["ab_a"]
         rounds.append(result)
@@ -207,6 +214,7 @@ def main() -> None:
                 "messages": args.messages,
                 "chunk": CHUNK,
                 "batch": args.batch,
+                "channelless": args.channelless,
                 "rounds": rounds,
                 "median_ratio": median,
             },

@@ -72,8 +72,8 @@ FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 1, NULL, '{}'
 SELECT head_ms <= lonnymq._now_ms() AS head_stays FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
 ROLLBACK;
 
--- _serve_round, a round of several channels (a round of one stays in
--- _dequeue_round's loop): every head claimed in one statement, every turn in
+-- _serve_round, a round of several channels (a round of one is served by
+-- _serve_channel, below): every head claimed in one statement, every turn in
 -- another, in the round's order as given (c, a, b here, not the channels'
 -- id order). a's only due message drains it: its head is raised to a2, an
 -- hour away. b has nothing due: tried, no turn. Two head locks used.
@@ -168,8 +168,9 @@ SELECT convert_from(s.content, 'UTF8') AS content, s.num_attempts, s.raised,
 FROM served s LEFT JOIN lonnymq.message m ON m.id = s.id AND m.locked_until_ms IS NOT NULL;
 SELECT name, locked_count FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
 ORDER BY c.ready_ms, c.turn_seq, c.id;
--- Nothing due (b2 deferred): no delivery, no turn, one head lock used; with
--- none allowed (p_may_raise false) the head stays early and no slot moves.
+-- Nothing due (b2 deferred): no delivery, and one head lock counted against
+-- the budget; with none allowed (p_may_raise false) the head stays early (the
+-- channel takes an empty turn instead) and no slot moves.
 UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
 WHERE content = 'b2' AND queue_id = (pg_temp.q()).id;
 UPDATE lonnymq.channel SET ready_ms = lonnymq._now_ms() WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
@@ -185,40 +186,92 @@ ROLLBACK;
 -- no free channel is ready, nothing as tried (the next step is the held one).
 BEGIN;
 SELECT d.channel, convert_from(d.content, 'UTF8') AS content, d.num_attempts, d.tried
-FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000) d;
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000, false) d;
 UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
 WHERE content IN ('b1', 'b2') AND queue_id = (pg_temp.q()).id;
 UPDATE lonnymq.channel SET ready_ms = 0 WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
 SELECT d.id IS NULL AS nothing, pg_temp.names(d.tried) AS tried
-FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000) d;
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000, false) d;
 UPDATE lonnymq.channel SET ready_ms = NULL WHERE queue_id = (pg_temp.q()).id;
 SELECT d.id IS NULL AS nothing, d.tried
-FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000) d;
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000, false) d;
+-- With p_channelless (no channel is ready, the channel-less messages are all
+-- there is): the first channel-less message, no channel, no turn recorded.
+SELECT d.channel IS NULL AS channelless, convert_from(d.content, 'UTF8') AS content, d.num_attempts, d.tried
+FROM lonnymq._dequeue_single(pg_temp.q(), lonnymq._now_ms(), 60000, true) d;
+SELECT channelless_turn_seq FROM lonnymq.queue WHERE name = 'steps';
+-- With no channel ready, message_dequeue delivers the next channel-less
+-- message, then finds nothing.
+SELECT d.channel IS NULL AS channelless, convert_from(d.content, 'UTF8') AS content, d.recovered
+FROM lonnymq.message_dequeue('steps', 60000) d;
+SELECT count(*) AS nothing_left FROM lonnymq.message_dequeue('steps', 60000);
 ROLLBACK;
 
 -- _dequeue_many goes on where step 0 stopped: the channels in p_tried are
--- passed over, the rest served in rounds, then the channel-less messages
--- (with no channel left); expired locks come first and are counted as
--- recovered.
+-- passed over, the rest served in rounds. Expired locks come first and are
+-- counted as recovered; the channel-less messages take their turns between
+-- the channels'.
 BEGIN;
 SELECT pg_temp.contents(r.ids) AS claimed, r.recovered
-FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3, NULL, false, '{}',
+FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3, NULL, false, NULL, '{}',
                            ARRAY(SELECT id FROM lonnymq.channel WHERE name = 'a'), false) r;
 UPDATE lonnymq.message SET locked_until_ms = 1 WHERE queue_id = (pg_temp.q()).id AND content = 'b1';
 SELECT pg_temp.contents(r.ids) AS claimed, r.recovered
 FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 10,
                            (SELECT min(dequeue_ms) FROM lonnymq.message
-                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), true, '{}', '{}', false) r;
+                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), true, NULL, '{}', '{}',
+                           false) r;
 ROLLBACK;
--- A single dequeue whose fairest channel has nothing due (a stale key) goes
--- on to the next ready channel, a limited one included.
+-- Told that no channel is ready (the probe saw none), it takes the
+-- channel-less messages, as many as wanted, in one statement and no turn;
+-- told nothing (NULL), it looks, finds the channels and interleaves turns.
+BEGIN;
+SELECT pg_temp.contents(r.ids) AS claimed
+FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3,
+                           (SELECT min(dequeue_ms) FROM lonnymq.message
+                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), false, false, '{}', '{}',
+                           false) r;
+SELECT channelless_turn_seq FROM lonnymq.queue WHERE name = 'steps';
+ROLLBACK;
+BEGIN;
+SELECT pg_temp.contents(r.ids) AS claimed
+FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3,
+                           (SELECT min(dequeue_ms) FROM lonnymq.message
+                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), false, NULL, '{}', '{}',
+                           false) r;
+ROLLBACK;
+-- A single dequeue whose fairest channels have nothing due (stale keys: two
+-- here, one taken by step 0, one by a round of _dequeue_many) goes on to the
+-- next ready channel, a limited one included. (1.5 went to the held step
+-- after the first, which never serves an accounted channel: nothing came back.)
 BEGIN;
 SELECT name, max_concurrency FROM lonnymq.channel_set('stale', 'limited', max_concurrency => 1);
 SELECT status FROM lonnymq.message_create('stale', 'limited', 'l1');
-SELECT status FROM lonnymq.message_create('stale', 'early', 'e1', dequeue_at => now() + interval '1 hour');
+SELECT x.status FROM unnest(ARRAY['early1', 'early2']) ch,
+     lonnymq.message_create('stale', ch, 'e', dequeue_at => now() + interval '1 hour') x;
+UPDATE lonnymq.channel c SET ready_ms = 0 FROM lonnymq.queue q
+WHERE q.id = c.queue_id AND q.name = 'stale' AND c.name IN ('early1', 'early2');
+SELECT d.channel, convert_from(d.content, 'UTF8') AS content FROM lonnymq.message_dequeue('stale', 60000) d;
+-- Both passed over: each had its head raised to its message an hour away (or,
+-- had a producer been in flight, taken an empty turn), so neither is ready now.
+SELECT c.name, c.ready_ms <= lonnymq._now_ms() AS ready FROM lonnymq.channel c
+JOIN lonnymq.queue q ON q.id = c.queue_id WHERE q.name = 'stale' ORDER BY c.name;
+ROLLBACK;
+-- The same in a batch, as single dequeues in a row: a round of two locks the
+-- stale channel and the first limited one; the next round looks at every
+-- other ready channel again and serves the second limited one. (1.5 then
+-- looked only at the channels it already held: one message, not two.)
+BEGIN;
+SELECT x.name, x.max_concurrency FROM unnest(ARRAY['limited1', 'limited2']) ch,
+     lonnymq.channel_set('stale', ch, max_concurrency => 1) x;
+SELECT status FROM lonnymq.message_create('stale', 'limited1', 'l1');
+SELECT status FROM lonnymq.message_create('stale', 'limited2', 'l2');
+SELECT status FROM lonnymq.message_create('stale', 'early', 'e', dequeue_at => now() + interval '1 hour');
 UPDATE lonnymq.channel c SET ready_ms = 0 FROM lonnymq.queue q
 WHERE q.id = c.queue_id AND q.name = 'stale' AND c.name = 'early';
-SELECT d.channel, convert_from(d.content, 'UTF8') AS content FROM lonnymq.message_dequeue('stale', 60000) d;
+SELECT string_agg(convert_from(d.content, 'UTF8'), ' ' ORDER BY d.n) AS delivered
+FROM lonnymq.message_dequeue('stale', 60000, 2)
+     WITH ORDINALITY AS d(id, channel, content, state, num_attempts, dequeue_at, recovered, n);
 ROLLBACK;
 
 -- Functions whose statements take arrays plan them once (generic plans): a
