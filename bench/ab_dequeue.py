@@ -95,7 +95,7 @@ def _is_original(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _refill(conn: psycopg.Connection[Any], messages: int, channelless: bool) -> None:
-    """The queue emptied and given `messages` ready messages over the channels (or none), vacuumed."""
+    """The queue emptied, given `messages` ready messages (over the channels, or none), vacuumed."""
     if _is_original(conn):
         conn.execute("TRUNCATE lonny_up.message, lonny_up.channel")
         conn.execute(
@@ -123,7 +123,7 @@ def _refill(conn: psycopg.Connection[Any], messages: int, channelless: bool) -> 
 
 
 def _fill(conn: psycopg.Connection[Any], messages: int, batch: int, channelless: bool) -> int:
-    """An empty queue given `messages` ready messages over the channels (or none); the backend pid."""
+    """An empty queue given `messages` ready messages (see _refill); the backend pid."""
     _refill(conn, messages, channelless)
     for _ in range(CHUNK // 2):  # plans made, caches warm
         _dequeue(conn, 1)
@@ -132,7 +132,9 @@ def _fill(conn: psycopg.Connection[Any], messages: int, batch: int, channelless:
     return int(scalar(conn, "SELECT pg_backend_pid()"))
 
 
-def _round(messages: int, batch: int, databases: tuple[str, str], channelless: bool) -> dict[str, float]:
+def _round(
+    messages: int, batch: int, databases: tuple[str, str], channelless: bool
+) -> dict[str, float]:
     """One round: µs of backend CPU per dequeued message in each database (A's, then B's)."""
     conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in databases}
     try:
