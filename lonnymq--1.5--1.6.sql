@@ -1520,10 +1520,11 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 -- message_dequeue probes what competes with the channels, then runs named,
 -- set-based steps, each of which claims as many messages as it can in one or
 -- two statements:
---   _dequeue_single       a single dequeue when nothing competes with the
---                         channels (most of them): the fairest free channel
---                         served in place (_serve_channel), the delivery
---                         returned as claimed
+--   _dequeue_single       a single dequeue where only one kind of message
+--                         can be ready (most of them): the fairest free
+--                         channel served in place (_serve_channel), or the
+--                         first channel-less message, the delivery returned
+--                         as claimed
 --   _dequeue_many         everything else, the steps below composed:
 --   _dequeue_expired      redeliver messages whose lock expired
 --   _dequeue_round        a round of free channels: lock the fairest, claim
@@ -2142,9 +2143,9 @@ COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, 
 -- with p_channelless the first channel-less message claimed, the delivery
 -- returned as claimed. What _dequeue_round and _dequeue_channelless do for
 -- one message, without the arrays and the reads that a batch needs. When it
--- delivers nothing, `tried` says where _dequeue_many goes on: the channel it
--- took without success, or none when every ready channel is held by someone
--- else (or none is ready).
+-- delivers nothing from the channels, `tried` says where _dequeue_many goes
+-- on: the channel it took without success, or none when every ready channel
+-- is held by someone else (or none is ready).
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_single(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                    p_channelless boolean,
                                                    OUT id bigint, OUT channel text, OUT content bytea,
@@ -2401,7 +2402,8 @@ BEGIN
             RETURN;
         END IF;
         v_tried := v_one.tried;
-        v_held := pg_catalog.cardinality(v_tried) = 0;  -- no free channel: the next step is a held one
+        -- No free channel: the next step is a held one.
+        v_held := v_probe.channelless_ms IS NULL AND pg_catalog.cardinality(v_tried) = 0;
     END IF;
     -- (What the probe saw of the channels holds unless absorbing hints or
     -- redelivering expired locks may change it.)

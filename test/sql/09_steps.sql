@@ -174,11 +174,12 @@ ORDER BY c.ready_ms, c.turn_seq, c.id;
 UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
 WHERE content = 'b2' AND queue_id = (pg_temp.q()).id;
 UPDATE lonnymq.channel SET ready_ms = lonnymq._now_ms() WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT turn_seq AS seq_before FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id \gset
 SELECT s.id IS NULL AS nothing, s.raised
 FROM lonnymq._serve_channel(pg_temp.q(), (SELECT c FROM lonnymq.channel c WHERE c.name = 'b' FOR NO KEY UPDATE),
                             lonnymq._now_ms(), 60000, false) s;
-SELECT head_ms <= lonnymq._now_ms() AS head_stays, locked_count FROM lonnymq.channel
-WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT head_ms <= lonnymq._now_ms() AS head_stays, locked_count, turn_seq > :seq_before AS empty_turn
+FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
 ROLLBACK;
 
 -- _dequeue_single: the fairest free channel's head, with its channel's name.
@@ -205,6 +206,20 @@ SELECT channelless_turn_seq FROM lonnymq.queue WHERE name = 'steps';
 SELECT d.channel IS NULL AS channelless, convert_from(d.content, 'UTF8') AS content, d.recovered
 FROM lonnymq.message_dequeue('steps', 60000) d;
 SELECT count(*) AS nothing_left FROM lonnymq.message_dequeue('steps', 60000);
+ROLLBACK;
+-- A due hint keeps a channel-less single dequeue off step 0: the hint may make
+-- a channel ready that comes first. Here x's message, created before the
+-- channel-less one, is only in a hint when the dequeue starts; x is then the
+-- fairer and its message comes back (step 0 alone would have returned the
+-- channel-less one).
+BEGIN;
+SELECT status FROM lonnymq.message_create('guard', 'x', 'x1');
+SELECT pg_sleep(0.01);
+SELECT status FROM lonnymq.message_create('guard', NULL, 'free');
+SELECT count(*) AS hints, bool_and(c.ready_ms IS NULL) AS x_not_ready_yet
+FROM lonnymq.channel_hint h JOIN lonnymq.channel c ON c.id = h.channel_id
+JOIN lonnymq.queue q ON q.id = c.queue_id WHERE q.name = 'guard';
+SELECT d.channel, convert_from(d.content, 'UTF8') AS content FROM lonnymq.message_dequeue('guard', 60000) d;
 ROLLBACK;
 
 -- _dequeue_many goes on where step 0 stopped: the channels in p_tried are
@@ -235,10 +250,11 @@ SELECT channelless_turn_seq FROM lonnymq.queue WHERE name = 'steps';
 ROLLBACK;
 BEGIN;
 SELECT pg_temp.contents(r.ids) AS claimed
-FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3,
+FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 4,
                            (SELECT min(dequeue_ms) FROM lonnymq.message
                             WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), false, NULL, '{}', '{}',
                            false) r;
+SELECT channelless_turn_seq > 0 AS channelless_turn FROM lonnymq.queue WHERE name = 'steps';
 ROLLBACK;
 -- A single dequeue whose fairest channels have nothing due (stale keys: two
 -- here, one taken by step 0, one by a round of _dequeue_many) goes on to the
