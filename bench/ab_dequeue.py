@@ -34,7 +34,18 @@ from typing import Any
 
 import psycopg
 
-from common import HOST, PEERS, PEERS_DIR, PGBIN, PORT, RESULTS, cpu_s, log, scalar
+from common import (
+    HOST,
+    PEERS,
+    PGBIN,
+    PORT,
+    RESULTS,
+    cpu_s,
+    load_peer,
+    log,
+    reset_lonnymq_original,
+    scalar,
+)
 
 CHUNK = 100
 CHANNELS = 100
@@ -70,13 +81,11 @@ def _prepare(database: str, definitions: Path) -> None:
 
 def _prepare_original(database: str) -> None:
     """A fresh database with the original LonnyMQ loaded into its schema."""
-    schema, file = PEERS["lonnymq_original"]
     with psycopg.connect(_dsn("postgres"), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {database}")
         conn.execute(f"CREATE DATABASE {database}")
     with psycopg.connect(_dsn(database), autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute((PEERS_DIR / file).read_text())
+        load_peer(conn, "lonnymq_original")
 
 
 def _dequeue(conn: psycopg.Connection[Any], batch: int) -> int:
@@ -97,12 +106,7 @@ def _is_original(conn: psycopg.Connection[Any]) -> bool:
 def _refill(conn: psycopg.Connection[Any], messages: int, channelless: bool) -> None:
     """The queue emptied, given `messages` ready messages (over the channels, or none), vacuumed."""
     if _is_original(conn):
-        conn.execute("TRUNCATE lonny_up.message, lonny_up.channel")
-        conn.execute(
-            "SELECT count(lonny_up.channel_set('c' || c, 2147483647, 2147483647, 0)) "
-            "FROM generate_series(1, %s) c",
-            (CHANNELS,),
-        )
+        reset_lonnymq_original(conn, [f"c{c}" for c in range(1, CHANNELS + 1)])
         conn.execute(
             "SELECT count(*) FROM generate_series(1, %s) i, "
             "LATERAL lonny_up.message_create('c' || (i %% %s + 1), 'payload'::bytea, NULL) x",

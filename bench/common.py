@@ -102,14 +102,19 @@ def load_peers(conn: psycopg.Connection[Any]) -> list[str]:
             f"skipping {', '.join(p for p in PEERS if p not in present)}"
         )
     for peer in present:
-        schema, file = PEERS[peer]
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        # Both files expect their schema to exist (PGMQ's creates it only outside an extension).
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute((PEERS_DIR / file).read_text())
+        load_peer(conn, peer)
     if "pgmq" in present:
         conn.execute("SELECT pgmq.create(%s)", (PGMQ_QUEUE,))
     return present
+
+
+def load_peer(conn: psycopg.Connection[Any], peer: str) -> None:
+    """Loads one peer from its install file into its own schema, afresh."""
+    schema, file = PEERS[peer]
+    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    # Both files expect their schema to exist (PGMQ's creates it only outside an extension).
+    conn.execute(f"CREATE SCHEMA {schema}")
+    conn.execute((PEERS_DIR / file).read_text())
 
 
 def reset_lonnymq(conn: psycopg.Connection[Any]) -> None:

@@ -711,6 +711,7 @@ DECLARE
     -- Head locks this call may still take: each channel tried used one.
     v_raises integer := lonnymq._head_lock_budget() - pg_catalog.cardinality(p_tried);
     v_want integer;              -- what the next step may claim
+    v_locked integer;            -- channels the step took: those it served and those it tried
     v_turn_seq bigint;
     v_taken bigint[];
     v_step record;
@@ -756,7 +757,8 @@ BEGIN
         v_served := v_served || v_step.served;
         v_tried := v_tried || v_step.tried;
         v_raises := v_raises - v_step.raised;
-        IF pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) > 0 THEN
+        v_locked := pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried);
+        IF v_locked > 0 THEN
             -- A round that locked fewer channels than it wanted, and not
             -- because of the channel-less turn: every other ready channel is
             -- held by someone else. Later rounds look only at the channels
@@ -764,8 +766,7 @@ BEGIN
             -- round that locked as many as it wanted but found some with
             -- nothing due, "tried", says nothing about the others: the next
             -- round looks at all of them again, passing over the tried.)
-            IF NOT v_held AND pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried) < v_want
-               AND v_channelless_ms IS NULL THEN
+            IF NOT v_held AND v_locked < v_want AND v_channelless_ms IS NULL THEN
                 v_only := v_served;
             END IF;
             v_held := false;
@@ -779,8 +780,7 @@ BEGIN
         -- The channel-less messages' turn, against the channels: one message
         -- and its turn recorded, so every ready channel comes before it again.
         v_turn_seq := pg_catalog.nextval('lonnymq.turn_seq');
-        v_taken := lonnymq._dequeue_channelless(v_queue, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
-                                                v_turn_seq);
+        v_taken := lonnymq._dequeue_channelless(v_queue, p_now_ms, p_lock_ms, v_want, v_turn_seq);
         ids := ids || v_taken;
         IF pg_catalog.cardinality(v_taken) = 0 THEN
             v_channelless_ms := NULL;  -- none left: the channel-less part is done
