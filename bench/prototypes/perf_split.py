@@ -1,16 +1,18 @@
-"""Splits a `perf script` dump of one backend into where its CPU went, per call.
+"""Splits `perf script` dumps of one backend into where its CPU went, per message.
 
-A measuring instrument for dequeue_profile.sh, not part of bench/run. Each sample is put in
-one category: the innermost of the frames below that its stack contains (so a heap fetch
-inside an index scan inside a PL/pgSQL statement counts as the index scan, and PL/pgSQL
-counts only its own interpretation: expressions, assignments, calls between functions).
+A measuring instrument for dequeue_profile.sh, not part of bench/run. Each sample goes to one
+category: that of the innermost frame of its stack found in CATEGORIES (so a heap fetch
+inside an index scan inside a PL/pgSQL statement counts as the index scan, and "PL/pgSQL
+interpretation" is PL/pgSQL's own work: expressions, assignments, calls between functions,
+SPI's bookkeeping). Each sample weighs its period (`perf record -e cpu-clock -c N`: N ns of
+the backend's CPU).
 
-    python perf_split.py LABEL UNIT SAMPLE_US COUNT:STACKS.txt [COUNT:STACKS.txt ...]
-
-Each STACKS.txt is one `perf script` dump and COUNT how many UNITs (calls, messages) its
-samples cover; the dumps (rounds, interleaved with other systems' by the caller) are
-pooled. SAMPLE_US is the sampling period in microseconds. Prints microseconds per UNIT for
-each category, and one JSON line with the same numbers.
+    python perf_split.py count STACKS.txt > ROUND.json
+        one round's dump: CPU per category and the span of its samples, as JSON
+    python perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS [...]
+        rounds pooled: COUNT units (messages) were done in SECONDS of wall time around the
+        round's samples, so the samples' own span covers COUNT * span / SECONDS of them;
+        prints µs of CPU per unit by category, and one JSON line with the same numbers
 """
 
 from __future__ import annotations
@@ -22,69 +24,102 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-# Innermost first: a sample goes to the first of these its stack holds, read from the leaf.
+# The innermost of these frames in a sample's stack names its category.
 CATEGORIES: dict[str, str] = {
+    # (index-only and bitmap scans step through index_getnext_tid and index_getbitmap)
     "index_getnext_slot": "index scans (descents, heap fetches)",
+    "index_getnext_tid": "index scans (descents, heap fetches)",
+    "index_fetch_heap": "index scans (descents, heap fetches)",
+    "index_getbitmap": "index scans (descents, heap fetches)",
     "ExecInsertIndexTuples": "index entries inserted",
     "heap_update": "heap updates",
     "heap_lock_tuple": "row locks",
     "ExecSubPlan": "correlated subqueries",
     "standard_ExecutorStart": "executor start (plan trees set up)",
     "standard_ExecutorEnd": "executor end",
+    "standard_planner": "planning",
+    "raw_parser": "parse and analysis",
+    "parse_analyze_fixedparams": "parse and analysis",
+    "parse_analyze_varparams": "parse and analysis",
+    "parse_analyze_withcb": "parse and analysis",
+    "pg_rewrite_query": "parse and analysis",
     "GetCachedPlan": "plan cache (revalidation, locks)",
     "standard_ExecutorRun": "executor run, the rest",
     "plpgsql_exec_function": "PL/pgSQL interpretation",
     "CommitTransactionCommand": "commit",
     "StartTransactionCommand": "transaction start",
 }
-OTHER = "protocol, parse/bind, the rest"
+OTHER = "protocol, the rest"
+HEADER = re.compile(r"\s(\d+\.\d+):\s+(\d+)\s+\S+:")  # "... 10571.886242:  250000 cpu-clock:..."
 FRAME = re.compile(r"\s+[0-9a-f]+ (\S+)")
+USAGE = __doc__.split("\n\n")[1]
 
 
-def stacks(path: Path) -> Iterator[list[str]]:
-    """Each sample's frames, leaf first (symbols without offsets)."""
+def samples(path: Path) -> Iterator[tuple[float, int, list[str]]]:
+    """Each sample's time (s), period (ns) and frames, leaf first (symbols without offsets)."""
+    header: tuple[float, int] | None = None
     frames: list[str] = []
     for line in path.read_text(errors="replace").splitlines():
         if not line.strip():
-            if frames:
-                yield frames
-            frames = []
-            continue
-        match = FRAME.match(line)
-        if match and line[0].isspace():
+            if header is not None:
+                yield (*header, frames)
+            header, frames = None, []
+        elif not line[0].isspace():
+            match = HEADER.search(line)
+            header = (float(match.group(1)), int(match.group(2))) if match else None
+        elif match := FRAME.match(line):
             frames.append(match.group(1).split("+")[0])
-    if frames:
-        yield frames
+    if header is not None:
+        yield (*header, frames)
 
 
-def split(path: Path) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for frames in stacks(path):
-        category = next((CATEGORIES[f] for f in frames if f in CATEGORIES), OTHER)
-        counts[category] += 1
-    return counts
+def count(path: Path) -> dict[str, object]:
+    cpu_ns: Counter[str] = Counter()
+    times: list[float] = []
+    for at, period_ns, frames in samples(path):
+        times.append(at)
+        cpu_ns[next((CATEGORIES[f] for f in frames if f in CATEGORIES), OTHER)] += period_ns
+    if not times:
+        sys.exit(f"perf_split: no samples in {path}")
+    return {"span_s": max(times) - min(times), "cpu_ns": dict(cpu_ns)}
 
 
-def main() -> None:
-    label, unit, sample_us = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    counts: Counter[str] = Counter()
-    units = 0
-    for pair in sys.argv[4:]:
-        n, path = pair.split(":", 1)
-        units += int(n)
-        counts += split(Path(path))
+def report(label: str, unit: str, rounds: list[str]) -> None:
+    cpu_ns: Counter[str] = Counter()
+    units = 0.0
+    for spec in rounds:
+        path, done, seconds = spec.rsplit(":", 2)
+        data = json.loads(Path(path).read_text())
+        cpu_ns.update(data["cpu_ns"])
+        units += int(done) * data["span_s"] / float(seconds)
     if units <= 0:
-        sys.exit(f"{label}: no {unit} counted")
-    per_unit = {k: round(v * sample_us / units, 1) for k, v in counts.most_common()}
-    total = round(sum(counts.values()) * sample_us / units, 1)
-    print(f"{label}: {units} {unit}s sampled, {total} us of CPU per {unit}")
+        sys.exit(f"perf_split: {label}: no {unit} done while sampled")
+    per_unit = {k: round(v / 1000 / units, 1) for k, v in cpu_ns.most_common()}
+    total = round(sum(cpu_ns.values()) / 1000 / units, 1)
+    print(f"{label}: {units:.0f} {unit}s sampled, {total} us of CPU per {unit}")
     for category, us in per_unit.items():
         print(f"  {us:7.1f} us  {category}")
     print(
         json.dumps(
-            {"label": label, "unit": unit, "count": units, "cpu_us": total, "split": per_unit}
+            {
+                "label": label,
+                "unit": unit,
+                "count": round(units),
+                "cpu_us": total,
+                "split": per_unit,
+            }
         )
     )
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if len(args) == 2 and args[0] == "count":
+        print(json.dumps(count(Path(args[1]))))
+    elif len(args) >= 4 and args[0] == "report":
+        report(args[1], args[2], args[3:])
+    else:
+        sys.exit("usage:\n" + USAGE)
 
 
 if __name__ == "__main__":
