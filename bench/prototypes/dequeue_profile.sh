@@ -35,8 +35,10 @@ definitions=${2:-}
 batch=${PROFILE_BATCH:-1}
 rounds=${PROFILE_ROUNDS:-4}
 lifecycle=${PROFILE_LIFECYCLE:-0}
-[[ $batch =~ ^[0-9]+$ ]] && ((batch >= 1 && batch <= 100)) || die "PROFILE_BATCH must be 1-100"
-[[ $rounds =~ ^[0-9]+$ ]] && ((rounds >= 1 && rounds <= 20)) || die "PROFILE_ROUNDS must be 1-20"
+[[ $batch =~ ^[0-9]+$ ]] && batch=$((10#$batch)) && ((batch >= 1 && batch <= 100)) \
+    || die "PROFILE_BATCH must be 1-100"
+[[ $rounds =~ ^[0-9]+$ ]] && rounds=$((10#$rounds)) && ((rounds >= 1 && rounds <= 20)) \
+    || die "PROFILE_ROUNDS must be 1-20"
 [[ $lifecycle =~ ^[01]$ ]] || die "PROFILE_LIFECYCLE must be 0 or 1"
 if [ -n "$definitions" ]; then
     [ -f "$definitions" ] || die "no such file: $definitions"
@@ -59,11 +61,13 @@ scripts=$here/../pgbench
 py=$here/../../.venv/bin/python
 [ -x "$py" ] || py=python3
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pgbench_pid=""
+trap '[ -z "$pgbench_pid" ] || kill "$pgbench_pid" 2>/dev/null; rm -rf "$work"' EXIT
 consume=consume  # bench/pgbench/SYSTEM_consume.sql, or SYSTEM_batch_consume.sql
 ((batch == 1)) || consume=batch_consume
-# Enough messages that the fastest system (PGMQ in batches: ~13,000 a second here) does not
-# run low in its rounds of 7 s; checked after every round. Filled 50,000 at a time.
+# Enough messages for every round (PGMQ in batches of 8 consumed ~11,000 a second here, for
+# 8 s a round); larger batches or more rounds may need more, which the check before each
+# round tells. Filled 50,000 at a time.
 chunks=$((3 * (batch < 4 ? batch : 4) * ((rounds + 3) / 4)))
 fill=$((50000 * chunks))
 
@@ -116,13 +120,17 @@ consumed() {  # database: messages created so far minus those still in the queue
 }
 
 round() {  # database, system, round number: one round's samples, counted into $work
-    local driver=${2%_b}  # (lonnymq_b runs lonnymq's scripts)
+    local driver=${2%_b} table seq left  # (lonnymq_b runs lonnymq's scripts)
+    read -r table seq < <(tables "$1")
+    left=$("${psql[@]}" -d "$1" -c "SELECT count(*) FROM $table")
+    ((left >= fill / 4)) || die "$2: $left of $fill messages left before round $3: fill more"
     local files=(-f "$scripts/${driver}_$consume.sql")
     ((lifecycle)) && files+=(-f "$scripts/${driver}_create.sql")
     PGOPTIONS="-c synchronous_commit=off" PGAPPNAME=dequeue-profile \
-        "${pgbench[@]}" -T 7 -D batch="$batch" -D nchannels=100 -D payload='\x00' \
+        "${pgbench[@]}" -T 8 -D batch="$batch" -D nchannels=100 -D payload='\x00' \
         -D json_payload='{"content": "AA=="}' "${files[@]}" "$1" > "$work/pgbench.log" 2>&1 &
-    local pgbench_pid=$! pid="" before after t0 t1 table seq left
+    pgbench_pid=$!
+    local pid="" before after t0 t1
     sleep 1.5  # connected, plans made
     pid=$("${psql[@]}" -d postgres -c "SELECT pid FROM pg_stat_activity
                                         WHERE application_name = 'dequeue-profile' AND datname = '$1'")
@@ -135,15 +143,14 @@ round() {  # database, system, round number: one round's samples, counted into $
         -- sleep 4 > /dev/null 2> "$work/perf.log" || { cat "$work/perf.log" >&2; die "$2: perf record failed"; }
     t1=$(date +%s.%N)
     after=$(consumed "$1")
-    wait "$pgbench_pid" || { cat "$work/pgbench.log" >&2; die "$2: pgbench failed"; }
+    kill -0 "$pgbench_pid" 2>/dev/null || die "$2: pgbench ended before the samples did (raise -T)"
+    wait "$pgbench_pid" || { pgbench_pid=""; cat "$work/pgbench.log" >&2; die "$2: pgbench failed"; }
+    pgbench_pid=""
     perf script -i "$work/perf.data" > "$work/stacks.txt" 2> "$work/perf.log" \
         || { cat "$work/perf.log" >&2; die "$2: perf script failed"; }
     "$py" "$here/perf_split.py" count "$work/stacks.txt" > "$work/$2-$3.json"
     rm -f "$work/stacks.txt" "$work/perf.data"
     pooled[$2]+=" $work/$2-$3.json:$((after - before)):$(awk "BEGIN { print $t1 - $t0 }")"
-    read -r table seq < <(tables "$1")
-    left=$("${psql[@]}" -d "$1" -c "SELECT count(*) FROM $table")
-    ((left >= fill / 5)) || die "$2: $left of $fill messages left after round $3: too few for the next"
 }
 
 # Every system set up first, then measured in interleaved rounds (drift on this machine
@@ -170,6 +177,13 @@ for system in "${systems[@]}"; do
     grep -v '^{' "$work/$system.txt" >> "$work/profile.txt"
     grep '^{' "$work/$system.txt" >> "$work/profile.json"
 done
+# What was measured: first line of the JSON.
+printf '{"provenance": {"git": "%s", "lonnymq": "%s", "postgres": "%s", "perf": "%s", "date": "%s"}}\n' \
+    "$(git -C "$here" rev-parse --short HEAD)" \
+    "$("${psql[@]}" -d prof_lonnymq -c "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'")" \
+    "$("${psql[@]}" -d postgres -c "SHOW server_version")" "$(perf --version)" "$(date -u +%FT%TZ)" \
+    | cat - "$work/profile.json" > "$work/profile.all.json"
+mv "$work/profile.all.json" "$work/profile.json"
 cat "$work/profile.txt"
 mv "$work/profile.txt" "$results/profile-$name.txt"
 mv "$work/profile.json" "$results/profile-$name.json"

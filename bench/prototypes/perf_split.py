@@ -26,7 +26,8 @@ from pathlib import Path
 
 # The innermost of these frames in a sample's stack names its category.
 CATEGORIES: dict[str, str] = {
-    # (index-only and bitmap scans step through index_getnext_tid and index_getbitmap)
+    # (index-only scans step through index_getnext_tid, bitmap scans' index half through
+    # index_getbitmap; a bitmap scan's heap half counts as "executor run, the rest")
     "index_getnext_slot": "index scans (descents, heap fetches)",
     "index_getnext_tid": "index scans (descents, heap fetches)",
     "index_fetch_heap": "index scans (descents, heap fetches)",
@@ -52,7 +53,9 @@ CATEGORIES: dict[str, str] = {
 OTHER = "protocol, the rest"
 HEADER = re.compile(r"\s(\d+\.\d+):\s+(\d+)\s+\S+:")  # "... 10571.886242:  250000 cpu-clock:..."
 FRAME = re.compile(r"\s+[0-9a-f]+ (\S+)")
-USAGE = __doc__.split("\n\n")[1]
+USAGE = """\
+    perf_split.py count STACKS.txt > ROUND.json
+    perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS [...]"""
 
 
 def samples(path: Path) -> Iterator[tuple[float, int, list[str]]]:
@@ -87,16 +90,22 @@ def count(path: Path) -> dict[str, object]:
 def report(label: str, unit: str, rounds: list[str]) -> None:
     cpu_ns: Counter[str] = Counter()
     units = 0.0
+    per_round: list[float] = []  # each round's total µs per unit: the spread between rounds
     for spec in rounds:
         path, done, seconds = spec.rsplit(":", 2)
         data = json.loads(Path(path).read_text())
         cpu_ns.update(data["cpu_ns"])
-        units += int(done) * data["span_s"] / float(seconds)
-    if units <= 0:
-        sys.exit(f"perf_split: {label}: no {unit} done while sampled")
+        round_units = int(done) * data["span_s"] / float(seconds)
+        if round_units <= 0:
+            sys.exit(f"perf_split: {label}: no {unit} done while {path} was sampled")
+        units += round_units
+        per_round.append(round(sum(data["cpu_ns"].values()) / 1000 / round_units, 1))
     per_unit = {k: round(v / 1000 / units, 1) for k, v in cpu_ns.most_common()}
     total = round(sum(cpu_ns.values()) / 1000 / units, 1)
-    print(f"{label}: {units:.0f} {unit}s sampled, {total} us of CPU per {unit}")
+    print(
+        f"{label}: {units:.0f} {unit}s sampled, {total} us of CPU per {unit}"
+        f" (rounds: {', '.join(map(str, per_round))})"
+    )
     for category, us in per_unit.items():
         print(f"  {us:7.1f} us  {category}")
     print(
@@ -106,6 +115,7 @@ def report(label: str, unit: str, rounds: list[str]) -> None:
                 "unit": unit,
                 "count": round(units),
                 "cpu_us": total,
+                "rounds_cpu_us": per_round,
                 "split": per_unit,
             }
         )
