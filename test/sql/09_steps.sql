@@ -22,6 +22,10 @@ CREATE FUNCTION pg_temp.names(p_ids bigint[]) RETURNS text LANGUAGE sql AS $$
     SELECT coalesce(string_agg(c.name, ' ' ORDER BY o.n), '')
     FROM unnest(p_ids) WITH ORDINALITY o(id, n) JOIN lonnymq.channel c ON c.id = o.id
 $$;
+-- The channel-less messages' key as message_dequeue's probe passes it to _dequeue_many.
+CREATE FUNCTION pg_temp.channelless_ms() RETURNS bigint LANGUAGE sql AS $$
+    SELECT min(dequeue_ms) FROM lonnymq.message WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL
+$$;
 
 -- A round of two: the two fairest channels, one head each, turns recorded
 -- (both move behind c), nothing tried, no head lock (neither drained).
@@ -233,9 +237,7 @@ FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3, NULL, false
 UPDATE lonnymq.message SET locked_until_ms = 1 WHERE queue_id = (pg_temp.q()).id AND content = 'b1';
 SELECT pg_temp.contents(r.ids) AS claimed, r.recovered
 FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 10,
-                           (SELECT min(dequeue_ms) FROM lonnymq.message
-                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), true, NULL, '{}', '{}',
-                           false) r;
+                           pg_temp.channelless_ms(), true, NULL, '{}', '{}', false) r;
 ROLLBACK;
 -- Told that no channel is ready (the probe saw none), it takes the
 -- channel-less messages, as many as wanted, in one statement and no turn;
@@ -243,17 +245,13 @@ ROLLBACK;
 BEGIN;
 SELECT pg_temp.contents(r.ids) AS claimed
 FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 3,
-                           (SELECT min(dequeue_ms) FROM lonnymq.message
-                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), false, false, '{}', '{}',
-                           false) r;
+                           pg_temp.channelless_ms(), false, false, '{}', '{}', false) r;
 SELECT channelless_turn_seq FROM lonnymq.queue WHERE name = 'steps';
 ROLLBACK;
 BEGIN;
 SELECT pg_temp.contents(r.ids) AS claimed
 FROM lonnymq._dequeue_many(pg_temp.q(), lonnymq._now_ms(), 60000, 4,
-                           (SELECT min(dequeue_ms) FROM lonnymq.message
-                            WHERE queue_id = (pg_temp.q()).id AND channel_id IS NULL), false, NULL, '{}', '{}',
-                           false) r;
+                           pg_temp.channelless_ms(), false, NULL, '{}', '{}', false) r;
 SELECT channelless_turn_seq > 0 AS channelless_turn FROM lonnymq.queue WHERE name = 'steps';
 ROLLBACK;
 -- A single dequeue whose fairest channels have nothing due (stale keys: two
