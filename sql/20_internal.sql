@@ -418,6 +418,36 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at READ COMMITTED.';
 
+-- glibc's malloc gives memory back to the kernel whenever 128 kB or more is
+-- free at the top of a backend's heap, and takes it again, as fresh zeroed
+-- pages, at the next allocation. A single dequeue's executor state (several
+-- btree scans of 27-43 kB each, up to three PL/pgSQL levels deep) can cross
+-- that line on every call, depending on where the backend's heap happens to
+-- end: two brk calls and 3-10 page faults per dequeue (bench/README.md, "The
+-- heap given back at every dequeue"). Freeing one block above the threshold
+-- makes glibc raise it for the rest of the backend's life (mallopt(3), the
+-- dynamic mmap threshold: then 1 MB, trimming from 2 MB on). message_dequeue
+-- does that once per session, remembered in the session setting lonnymq.heap
+-- (a rolled-back or reset setting only means doing it again); other
+-- allocators just allocate and free 1 MB.
+CREATE OR REPLACE FUNCTION lonnymq._heap_warmed() RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.current_setting('lonnymq.heap', true) IS NOT DISTINCT FROM 'warm'
+$$;
+COMMENT ON FUNCTION lonnymq._heap_warmed() IS 'Whether this session already warmed its heap (_warm_heap).';
+
+CREATE OR REPLACE FUNCTION lonnymq._warm_heap(p_bytes integer) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pg_catalog.length(pg_catalog.repeat(' ', p_bytes));
+    PERFORM pg_catalog.set_config('lonnymq.heap', 'warm', false);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._warm_heap(integer)
+    IS 'Allocates and frees p_bytes once, so that glibc keeps this backend''s heap (see _heap_warmed).';
+
 -- Pins a channel until commit and returns it as it is now: its row locked
 -- FOR KEY SHARE, which every producer and settler of the channel takes
 -- (waiting) and which only channel_set, channel_delete and the sweep conflict

@@ -824,6 +824,10 @@ DECLARE
     v_one record;
     v_many record;
 BEGIN
+    -- Once per session: the heap kept instead of given back at every call.
+    IF NOT lonnymq._heap_warmed() THEN
+        PERFORM lonnymq._warm_heap(1048576);
+    END IF;
     IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
        OR message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000
        OR message_dequeue.max_messages IS NULL OR message_dequeue.max_messages NOT BETWEEN 1 AND 10000 THEN

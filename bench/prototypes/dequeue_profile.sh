@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Where a consumer's server CPU goes, lonnymq next to the original LonnyMQ and PGMQ. One
-# pgbench client per system consumes (sync off) with the consumer scripts of bench/pgbench
-# (a dequeue and its complete, each its own transaction), each system in its own database
-# filled with ready messages (lonnymq's and the original's on 100 channels, PGMQ's in its one
-# queue), while `perf record` samples the client's backend: 4 interleaved rounds of 4 s per
-# system. perf_split.py puts every sample in one category (executor start, PL/pgSQL, index
-# scans, commit, ...) and reports microseconds of the backend's CPU per message consumed.
+# Where a consumer's server CPU goes, lonnymq next to the original LonnyMQ, PGMQ and the
+# floor (bench/floor.sql). One pgbench client per system consumes (sync off) with the
+# consumer scripts of bench/pgbench (a dequeue and its complete, each its own transaction),
+# each system in its own database filled with ready messages (lonnymq's, the original's and
+# the floor's on 100 channels, PGMQ's in its one queue), while `perf record` samples the
+# client's backend: 4 interleaved rounds of 4 s per system. perf_split.py puts every sample in one category (executor start, PL/pgSQL, index
+# scans, commit, ...) and reports microseconds of the backend's CPU per message consumed,
+# and the backend's minor page faults per message (read from /proc around each round).
 # A measuring instrument, not part of bench/run. Needs perf (Debian: linux-perf) and the
 # right to sample the server's processes (root; or perf_event_paranoid <= 1 and the user
 # that runs the server).
@@ -21,6 +22,11 @@
 #                        same client as often as the consumer scripts (pgbench picks one
 #                        per transaction); still per message consumed, creates included
 #   PROFILE_ROUNDS=N     rounds (1-20, default 4)
+#   PROFILE_CHANNELS=N   channels (0-1000, default 100); 0: channel-less messages, and the
+#                        original LonnyMQ (which has none) is left out; 1: one hot channel
+#   PROFILE_CLIENTS=N    pgbench clients per system (1-8, default 1), every one's backend
+#                        sampled: with several, the CPU per message includes what they
+#                        spend on each other (rows skipped, the held path), not their waits
 #
 # Writes bench/results/profile-NAME.txt (the tables) and profile-NAME.json (one line per
 # system), once every round is done. lonnymq is the version installed into the benchmark
@@ -35,11 +41,17 @@ definitions=${2:-}
 batch=${PROFILE_BATCH:-1}
 rounds=${PROFILE_ROUNDS:-4}
 lifecycle=${PROFILE_LIFECYCLE:-0}
+channels=${PROFILE_CHANNELS:-100}
+clients=${PROFILE_CLIENTS:-1}
 [[ $batch =~ ^[0-9]+$ ]] && batch=$((10#$batch)) && ((batch >= 1 && batch <= 100)) \
     || die "PROFILE_BATCH must be 1-100"
 [[ $rounds =~ ^[0-9]+$ ]] && rounds=$((10#$rounds)) && ((rounds >= 1 && rounds <= 20)) \
     || die "PROFILE_ROUNDS must be 1-20"
 [[ $lifecycle =~ ^[01]$ ]] || die "PROFILE_LIFECYCLE must be 0 or 1"
+[[ $channels =~ ^[0-9]+$ ]] && channels=$((10#$channels)) && ((channels <= 1000)) \
+    || die "PROFILE_CHANNELS must be 0-1000"
+[[ $clients =~ ^[0-9]+$ ]] && clients=$((10#$clients)) && ((clients >= 1 && clients <= 8)) \
+    || die "PROFILE_CLIENTS must be 1-8"
 if [ -n "$definitions" ]; then
     [ -f "$definitions" ] || die "no such file: $definitions"
     definitions=$(cd "$(dirname "$definitions")" && pwd)/$(basename "$definitions")
@@ -55,7 +67,8 @@ if [ "$(id -u)" != 0 ] && [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -gt 1 
 fi
 
 psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
-pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -n -M prepared -c 1)
+pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -n -M prepared
+         -c "$clients" -j "$clients")
 results=$here/../results
 scripts=$here/../pgbench
 py=$here/../../.venv/bin/python
@@ -67,9 +80,12 @@ consume=consume  # bench/pgbench/SYSTEM_consume.sql, or SYSTEM_batch_consume.sql
 ((batch == 1)) || consume=batch_consume
 # Enough messages for every round (PGMQ in batches of 8 consumed ~11,000 a second here, for
 # 8 s a round); larger batches or more rounds may need more, which the check before each
-# round tells. Filled 50,000 at a time.
-chunks=$((3 * (batch < 4 ? batch : 4) * ((rounds + 3) / 4)))
+# round tells. Filled 50,000 at a time; twice as many for several clients.
+chunks=$((3 * (batch < 4 ? batch : 4) * ((rounds + 3) / 4) * (clients > 1 ? 2 : 1)))
 fill=$((50000 * chunks))
+# Each message's channel in the fills (SQL of i, the message's number).
+channel="'c' || (i % $channels + 1)"
+((channels > 0)) || channel="NULL::text"
 
 setup() {  # database: a fresh one, $fill ready messages, vacuumed
     "${psql[@]}" -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1" \
@@ -88,16 +104,21 @@ setup() {  # database: a fresh one, $fill ready messages, vacuumed
             "${psql[@]}" -d "$1" -c "CREATE SCHEMA lonny_up" -f "$peers/lonnymq-original.sql" >/dev/null
             "${psql[@]}" -d "$1" \
                 -c "SELECT count(lonny_up.channel_set('c' || c, 2147483647, 2147483647, 0))
-                    FROM generate_series(1, 100) c" \
+                    FROM generate_series(1, $channels) c" \
                 -c "SELECT count(*) FROM generate_series(1, $fill) i,
-                    LATERAL lonny_up.message_create('c' || (i % 100 + 1), '\x00'::bytea, NULL) x" \
+                    LATERAL lonny_up.message_create($channel, '\x00'::bytea, NULL) x" \
                 -c "VACUUM ANALYZE lonny_up.message" -c "VACUUM ANALYZE lonny_up.channel" >/dev/null ;;
+        prof_floor)
+            "${psql[@]}" -d "$1" -c "SET client_min_messages = warning" -f "$here/../floor.sql" >/dev/null
+            "${psql[@]}" -d "$1" -c "INSERT INTO floor.message (channel, content)
+                SELECT $channel, '\x00'::bytea FROM generate_series(1, $fill) i" \
+                -c "VACUUM ANALYZE floor.message" >/dev/null ;;
         *)
             "${psql[@]}" -d "$1" -c "CREATE EXTENSION lonnymq"
             [ "$1" = prof_lonnymq_b ] && "${psql[@]}" -d "$1" -f "$definitions" >/dev/null
             for i in $(seq "$chunks"); do
                 "${psql[@]}" -d "$1" -c "SELECT count(*) FROM lonnymq.message_create_batch('bench',
-                    (SELECT array_agg('c' || (i % 100 + 1)) FROM generate_series(1, 50000) i),
+                    (SELECT array_agg($channel) FROM generate_series(1, 50000) i),
                     array_fill('\x00'::bytea, ARRAY[50000]))" >/dev/null
             done
             "${psql[@]}" -d "$1" -c "VACUUM ANALYZE lonnymq.message" -c "VACUUM ANALYZE lonnymq.channel" \
@@ -109,6 +130,7 @@ tables() {  # database: its message table and the sequence of its ids
     case $1 in
         prof_pgmq) echo "pgmq.q_bench pgmq.q_bench_msg_id_seq" ;;
         prof_original) echo "lonny_up.message lonny_up.message_id_seq" ;;
+        prof_floor) echo "floor.message floor.message_id_seq" ;;
         *) echo "lonnymq.message lonnymq.message_id_seq" ;;
     esac
 }
@@ -119,6 +141,14 @@ consumed() {  # database: messages created so far minus those still in the queue
     "${psql[@]}" -d "$1" -c "SELECT (SELECT last_value FROM $seq) - (SELECT count(*) FROM $table)"
 }
 
+minor_faults() {  # pids (comma-separated): their minor page faults so far, summed
+    local pid sum=0
+    for pid in ${1//,/ }; do
+        sum=$((sum + $(awk '{ print $10 }' "/proc/$pid/stat")))
+    done
+    echo "$sum"
+}
+
 round() {  # database, system, round number: one round's samples, counted into $work
     local driver=${2%_b} table seq left  # (lonnymq_b runs lonnymq's scripts)
     read -r table seq < <(tables "$1")
@@ -127,22 +157,25 @@ round() {  # database, system, round number: one round's samples, counted into $
     local files=(-f "$scripts/${driver}_$consume.sql")
     ((lifecycle)) && files+=(-f "$scripts/${driver}_create.sql")
     PGOPTIONS="-c synchronous_commit=off" PGAPPNAME=dequeue-profile \
-        "${pgbench[@]}" -T 8 -D batch="$batch" -D nchannels=100 -D payload='\x00' \
+        "${pgbench[@]}" -T 8 -D batch="$batch" -D nchannels="$channels" -D payload='\x00' \
         -D json_payload='{"content": "AA=="}' "${files[@]}" "$1" > "$work/pgbench.log" 2>&1 &
     pgbench_pid=$!
-    local pid="" before after t0 t1
+    local pids="" before after t0 t1
     sleep 1.5  # connected, plans made
-    pid=$("${psql[@]}" -d postgres -c "SELECT pid FROM pg_stat_activity
-                                        WHERE application_name = 'dequeue-profile' AND datname = '$1'")
-    [ -n "$pid" ] || { cat "$work/pgbench.log" >&2; die "$2: no pgbench backend found"; }
+    pids=$("${psql[@]}" -d postgres -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity
+                                         WHERE application_name = 'dequeue-profile' AND datname = '$1'")
+    [ "$(tr ',' '\n' <<< "$pids" | grep -c .)" = "$clients" ] \
+        || { cat "$work/pgbench.log" >&2; die "$2: found backends '$pids', not $clients"; }
     # The messages consumed between two counts, and the wall time between them: scaled
     # by perf_split.py to the span of the samples.
     t0=$(date +%s.%N)
     before=$(consumed "$1")
-    perf record -q -e cpu-clock -c 250000 -g --no-buildid -p "$pid" -o "$work/perf.data" \
+    faults0=$(minor_faults "$pids")
+    perf record -q -e cpu-clock -c 250000 -g --no-buildid -p "$pids" -o "$work/perf.data" \
         -- sleep 4 > /dev/null 2> "$work/perf.log" || { cat "$work/perf.log" >&2; die "$2: perf record failed"; }
     t1=$(date +%s.%N)
     after=$(consumed "$1")
+    faults1=$(minor_faults "$pids")
     kill -0 "$pgbench_pid" 2>/dev/null || die "$2: pgbench ended before the samples did (raise -T)"
     wait "$pgbench_pid" || { pgbench_pid=""; cat "$work/pgbench.log" >&2; die "$2: pgbench failed"; }
     pgbench_pid=""
@@ -150,7 +183,7 @@ round() {  # database, system, round number: one round's samples, counted into $
         || { cat "$work/perf.log" >&2; die "$2: perf script failed"; }
     "$py" "$here/perf_split.py" count "$work/stacks.txt" > "$work/$2-$3.json"
     rm -f "$work/stacks.txt" "$work/perf.data"
-    pooled[$2]+=" $work/$2-$3.json:$((after - before)):$(awk "BEGIN { print $t1 - $t0 }")"
+    pooled[$2]+=" $work/$2-$3.json:$((after - before)):$(awk "BEGIN { print $t1 - $t0 }"):$((faults1 - faults0))"
 }
 
 # Every system set up first, then measured in interleaved rounds (drift on this machine
@@ -159,10 +192,10 @@ round() {  # database, system, round number: one round's samples, counted into $
 declare -A pooled
 systems=(lonnymq)
 [ -n "$definitions" ] && systems+=(lonnymq_b)
-((batch == 1)) && systems+=(lonnymq_original)
-systems+=(pgmq)
+((batch == 1 && channels > 0)) && systems+=(lonnymq_original)
+systems+=(pgmq floor)
 declare -A database=([lonnymq]=prof_lonnymq [lonnymq_b]=prof_lonnymq_b
-                     [lonnymq_original]=prof_original [pgmq]=prof_pgmq)
+                     [lonnymq_original]=prof_original [pgmq]=prof_pgmq [floor]=prof_floor)
 for system in "${systems[@]}"; do
     setup "${database[$system]}"
 done
@@ -178,10 +211,11 @@ for system in "${systems[@]}"; do
     grep '^{' "$work/$system.txt" >> "$work/profile.json"
 done
 # What was measured: first line of the JSON.
-printf '{"provenance": {"git": "%s", "lonnymq": "%s", "postgres": "%s", "perf": "%s", "date": "%s"}}\n' \
+printf '{"provenance": {"git": "%s", "lonnymq": "%s", "postgres": "%s", "perf": "%s", "date": "%s", %s}}\n' \
     "$(git -C "$here" rev-parse --short HEAD)" \
     "$("${psql[@]}" -d prof_lonnymq -c "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'")" \
     "$("${psql[@]}" -d postgres -c "SHOW server_version")" "$(perf --version)" "$(date -u +%FT%TZ)" \
+    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds" \
     | cat - "$work/profile.json" > "$work/profile.all.json"
 mv "$work/profile.all.json" "$work/profile.json"
 cat "$work/profile.txt"

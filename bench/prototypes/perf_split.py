@@ -9,10 +9,12 @@ the backend's CPU).
 
     python perf_split.py count STACKS.txt > ROUND.json
         one round's dump: CPU per category and the span of its samples, as JSON
-    python perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS [...]
+    python perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS:FAULTS [...]
         rounds pooled: COUNT units (messages) were done in SECONDS of wall time around the
         round's samples, so the samples' own span covers COUNT * span / SECONDS of them;
-        prints µs of CPU per unit by category, and one JSON line with the same numbers
+        FAULTS minor page faults of the sampled backends in the same SECONDS;
+        prints µs of CPU per unit by category, each round's total and page faults per
+        unit, and one JSON line with the same numbers
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from pathlib import Path
 
 # The innermost of these frames in a sample's stack names its category.
 CATEGORIES: dict[str, str] = {
+    # The kernel's side of memory: a page touched for the first time (shared buffers new to
+    # this backend, or heap just grown), and the heap grown or given back (glibc's malloc
+    # trims the heap when 128 kB or more is free at its top, see bench/README.md).
+    "asm_exc_page_fault": "page faults (memory touched first)",
+    "__do_sys_brk": "heap grown or trimmed (brk)",
     # (index-only scans step through index_getnext_tid, bitmap scans' index half through
     # index_getbitmap; a bitmap scan's heap half counts as "executor run, the rest")
     "index_getnext_slot": "index scans (descents, heap fetches)",
@@ -55,7 +62,7 @@ HEADER = re.compile(r"\s(\d+\.\d+):\s+(\d+)\s+\S+:")  # "... 10571.886242:  2500
 FRAME = re.compile(r"\s+[0-9a-f]+ (\S+)")
 USAGE = """\
     perf_split.py count STACKS.txt > ROUND.json
-    perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS [...]"""
+    perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS:FAULTS [...]"""
 
 
 def samples(path: Path) -> Iterator[tuple[float, int, list[str]]]:
@@ -91,8 +98,9 @@ def report(label: str, unit: str, rounds: list[str]) -> None:
     cpu_ns: Counter[str] = Counter()
     units = 0.0
     per_round: list[float] = []  # each round's total µs per unit: the spread between rounds
+    faults: list[float] = []  # each round's minor page faults per unit
     for spec in rounds:
-        path, done, seconds = spec.rsplit(":", 2)
+        path, done, seconds, round_faults = spec.rsplit(":", 3)
         data = json.loads(Path(path).read_text())
         cpu_ns.update(data["cpu_ns"])
         round_units = int(done) * data["span_s"] / float(seconds)
@@ -100,11 +108,13 @@ def report(label: str, unit: str, rounds: list[str]) -> None:
             sys.exit(f"perf_split: {label}: no {unit} done while {path} was sampled")
         units += round_units
         per_round.append(round(sum(data["cpu_ns"].values()) / 1000 / round_units, 1))
+        faults.append(round(int(round_faults) / int(done), 1))
     per_unit = {k: round(v / 1000 / units, 1) for k, v in cpu_ns.most_common()}
     total = round(sum(cpu_ns.values()) / 1000 / units, 1)
     print(
         f"{label}: {units:.0f} {unit}s sampled, {total} us of CPU per {unit}"
-        f" (rounds: {', '.join(map(str, per_round))})"
+        f" (rounds: {', '.join(map(str, per_round))};"
+        f" minor page faults per {unit}: {', '.join(map(str, faults))})"
     )
     for category, us in per_unit.items():
         print(f"  {us:7.1f} us  {category}")
@@ -116,6 +126,7 @@ def report(label: str, unit: str, rounds: list[str]) -> None:
                 "count": round(units),
                 "cpu_us": total,
                 "rounds_cpu_us": per_round,
+                "rounds_page_faults": faults,
                 "split": per_unit,
             }
         )

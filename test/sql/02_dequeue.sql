@@ -157,3 +157,28 @@ SELECT pg_temp.try($$SELECT * FROM lonnymq.message_dequeue('q', 1000, NULL)$$);
 SELECT pg_temp.try($$SELECT lonnymq.wait_hint_ms(NULL)$$);
 
 SELECT count(*) AS broken_invariants FROM lonnymq.verify();
+
+-- The heap warmed once per session (_warm_heap): not before the first
+-- dequeue, once in it, never again in the session, and again after the
+-- transaction that warmed it rolled back (the setting went with it).
+-- (Function counts of this transaction only: none are pending in a fresh
+-- session, and pg_stat_force_next_flush empties them at the next idle.)
+\c
+SELECT current_setting('lonnymq.heap', true) IS NULL AS fresh_session_cold;
+BEGIN;
+SET LOCAL track_functions = 'all';
+SELECT count(*) FROM lonnymq.message_dequeue('no such queue', 1000);
+SELECT count(*) FROM lonnymq.message_dequeue('rotation', 60000, 2);
+SELECT count(*) FROM lonnymq.message_dequeue('no such queue', 1000);
+SELECT calls AS warmed FROM pg_stat_xact_user_functions WHERE funcname = '_warm_heap';
+SELECT current_setting('lonnymq.heap', true) AS after_dequeues;
+ROLLBACK;
+SELECT current_setting('lonnymq.heap', true) IS DISTINCT FROM 'warm' AS rolled_back_cold;
+SELECT pg_stat_force_next_flush();
+BEGIN;
+SET LOCAL track_functions = 'all';
+SELECT count(*) FROM lonnymq.message_dequeue('no such queue', 1000);
+SELECT count(*) FROM lonnymq.message_dequeue('no such queue', 1000);
+SELECT calls AS warmed_again FROM pg_stat_xact_user_functions WHERE funcname = '_warm_heap';
+COMMIT;
+SELECT current_setting('lonnymq.heap', true) AS committed;

@@ -75,3 +75,6 @@ RESET check_function_bodies;
 -- From 1.5.
 \set from '1.5'
 \i test/upgrade_route.psql
+-- From 1.6.
+\set from '1.6'
+\i test/upgrade_route.psql
