@@ -491,13 +491,16 @@ COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at 
 -- pages, at the next allocation. A single dequeue's executor state (several
 -- btree scans of 27-43 kB each, up to three PL/pgSQL levels deep) can cross
 -- that line on every call, depending on where the backend's heap happens to
--- end: two brk calls and 3-10 page faults per dequeue (bench/README.md, "The
--- heap given back at every dequeue"). Freeing one block above the threshold
--- makes glibc raise it for the rest of the backend's life (mallopt(3), the
--- dynamic mmap threshold: then 1 MB, trimming from 2 MB on). message_dequeue
--- does that once per session, remembered in the session setting lonnymq.heap
--- (a rolled-back or reset setting only means doing it again); other
--- allocators just allocate and free 1 MB.
+-- end: the heap grown and given back again and again, 3-11 page faults per
+-- dequeue (bench/README.md, "The heap given back at every dequeue"). Freeing
+-- one mmapped block above the threshold makes glibc raise it for the rest of
+-- the backend's life (mallopt(3), the dynamic mmap threshold: then 1 MB,
+-- trimming from 2 MB on). message_dequeue does that once per session
+-- (about 1-2 ms), remembered in the session
+-- setting lonnymq.heap; a rolled-back or reset setting only means doing it
+-- again, from the heap this time. No effect, and no harm, where the block
+-- does not come from mmap: another allocator than glibc's, glibc's
+-- thresholds set by hand, or 1 MB already free in the heap.
 CREATE OR REPLACE FUNCTION lonnymq._heap_warmed() RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
@@ -509,7 +512,8 @@ CREATE OR REPLACE FUNCTION lonnymq._warm_heap(p_bytes integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    PERFORM pg_catalog.length(pg_catalog.repeat(' ', p_bytes));
+    -- (A kB repeated: a byte repeated is a loop over every byte.)
+    PERFORM pg_catalog.octet_length(pg_catalog.repeat(pg_catalog.repeat(' ', 1024), p_bytes / 1024));
     PERFORM pg_catalog.set_config('lonnymq.heap', 'warm', false);
 END
 $$;

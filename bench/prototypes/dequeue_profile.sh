@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Where a consumer's server CPU goes, lonnymq next to the original LonnyMQ, PGMQ and the
-# floor (bench/floor.sql). One pgbench client per system consumes (sync off) with the
-# consumer scripts of bench/pgbench (a dequeue and its complete, each its own transaction),
-# each system in its own database filled with ready messages (lonnymq's, the original's and
-# the floor's on 100 channels, PGMQ's in its one queue), while `perf record` samples the
-# client's backend: 4 interleaved rounds of 4 s per system. perf_split.py puts every sample in one category (executor start, PL/pgSQL, index
-# scans, commit, ...) and reports microseconds of the backend's CPU per message consumed,
-# and the backend's minor page faults per message (read from /proc around each round).
+# floor (bench/floor.sql). pgbench clients (one per system by default) consume (sync off)
+# with the consumer scripts of bench/pgbench (a dequeue and its complete, each its own
+# transaction), each system in its own database filled with ready messages (lonnymq's, the
+# original's and the floor's on 100 channels by default, PGMQ's in its one queue), while
+# `perf record` samples the clients' backends: 4 interleaved rounds of 4 s per system.
+# perf_split.py puts every sample in one category (executor start, PL/pgSQL, index scans,
+# commit, ...) and reports microseconds of the backends' CPU per message consumed, and their
+# minor page faults per message (read from /proc around each round).
 # A measuring instrument, not part of bench/run. Needs perf (Debian: linux-perf) and the
 # right to sample the server's processes (root; or perf_event_paranoid <= 1 and the user
 # that runs the server).
@@ -27,6 +28,10 @@
 #   PROFILE_CLIENTS=N    pgbench clients per system (1-8, default 1), every one's backend
 #                        sampled: with several, the CPU per message includes what they
 #                        spend on each other (rows skipped, the held path), not their waits
+#   PROFILE_PEERS="..."  the peers to profile beside lonnymq (default: lonnymq_original pgmq
+#                        floor). Leave the original out with PROFILE_CHANNELS=1: its fill
+#                        there ran over 6 minutes and was stopped (every create updates the
+#                        channel's row, 300,000 times in one transaction)
 #
 # Writes bench/results/profile-NAME.txt (the tables) and profile-NAME.json (one line per
 # system), once every round is done. lonnymq is the version installed into the benchmark
@@ -43,6 +48,7 @@ rounds=${PROFILE_ROUNDS:-4}
 lifecycle=${PROFILE_LIFECYCLE:-0}
 channels=${PROFILE_CHANNELS:-100}
 clients=${PROFILE_CLIENTS:-1}
+peers_wanted=${PROFILE_PEERS-lonnymq_original pgmq floor}
 [[ $batch =~ ^[0-9]+$ ]] && batch=$((10#$batch)) && ((batch >= 1 && batch <= 100)) \
     || die "PROFILE_BATCH must be 1-100"
 [[ $rounds =~ ^[0-9]+$ ]] && rounds=$((10#$rounds)) && ((rounds >= 1 && rounds <= 20)) \
@@ -52,6 +58,9 @@ clients=${PROFILE_CLIENTS:-1}
     || die "PROFILE_CHANNELS must be 0-1000"
 [[ $clients =~ ^[0-9]+$ ]] && clients=$((10#$clients)) && ((clients >= 1 && clients <= 8)) \
     || die "PROFILE_CLIENTS must be 1-8"
+for system in $peers_wanted; do
+    [[ $system =~ ^(lonnymq_original|pgmq|floor)$ ]] || die "PROFILE_PEERS: no system '$system'"
+done
 if [ -n "$definitions" ]; then
     [ -f "$definitions" ] || die "no such file: $definitions"
     definitions=$(cd "$(dirname "$definitions")" && pwd)/$(basename "$definitions")
@@ -142,9 +151,11 @@ consumed() {  # database: messages created so far minus those still in the queue
 }
 
 minor_faults() {  # pids (comma-separated): their minor page faults so far, summed
-    local pid sum=0
+    local pid stat sum=0
     for pid in ${1//,/ }; do
-        sum=$((sum + $(awk '{ print $10 }' "/proc/$pid/stat")))
+        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || die "backend $pid ended during a round"
+        stat=${stat##*) }  # (after the command name: fields from the third on)
+        sum=$((sum + $(awk '{ print $8 }' <<< "$stat")))  # field 10, minflt
     done
     echo "$sum"
 }
@@ -160,7 +171,7 @@ round() {  # database, system, round number: one round's samples, counted into $
         "${pgbench[@]}" -T 8 -D batch="$batch" -D nchannels="$channels" -D payload='\x00' \
         -D json_payload='{"content": "AA=="}' "${files[@]}" "$1" > "$work/pgbench.log" 2>&1 &
     pgbench_pid=$!
-    local pids="" before after t0 t1
+    local pids="" before after t0 t1 faults0 faults1
     sleep 1.5  # connected, plans made
     pids=$("${psql[@]}" -d postgres -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity
                                          WHERE application_name = 'dequeue-profile' AND datname = '$1'")
@@ -192,8 +203,10 @@ round() {  # database, system, round number: one round's samples, counted into $
 declare -A pooled
 systems=(lonnymq)
 [ -n "$definitions" ] && systems+=(lonnymq_b)
-((batch == 1 && channels > 0)) && systems+=(lonnymq_original)
-systems+=(pgmq floor)
+((batch == 1 && channels > 0)) && [[ " $peers_wanted " = *" lonnymq_original "* ]] && systems+=(lonnymq_original)
+for system in pgmq floor; do
+    [[ " $peers_wanted " = *" $system "* ]] && systems+=("$system")
+done
 declare -A database=([lonnymq]=prof_lonnymq [lonnymq_b]=prof_lonnymq_b
                      [lonnymq_original]=prof_original [pgmq]=prof_pgmq [floor]=prof_floor)
 for system in "${systems[@]}"; do
@@ -212,10 +225,10 @@ for system in "${systems[@]}"; do
 done
 # What was measured: first line of the JSON.
 printf '{"provenance": {"git": "%s", "lonnymq": "%s", "postgres": "%s", "perf": "%s", "date": "%s", %s}}\n' \
-    "$(git -C "$here" rev-parse --short HEAD)" \
+    "$(git -C "$here" describe --always --dirty)" \
     "$("${psql[@]}" -d prof_lonnymq -c "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'")" \
     "$("${psql[@]}" -d postgres -c "SHOW server_version")" "$(perf --version)" "$(date -u +%FT%TZ)" \
-    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds" \
+    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds, \"peers\": \"$peers_wanted\"" \
     | cat - "$work/profile.json" > "$work/profile.all.json"
 mv "$work/profile.all.json" "$work/profile.json"
 cat "$work/profile.txt"

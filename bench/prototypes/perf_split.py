@@ -1,4 +1,4 @@
-"""Splits `perf script` dumps of one backend into where its CPU went, per message.
+"""Splits `perf script` dumps of backends into where their CPU went, per message.
 
 A measuring instrument for dequeue_profile.sh, not part of bench/run. Each sample goes to one
 category: that of the innermost frame of its stack found in CATEGORIES (so a heap fetch

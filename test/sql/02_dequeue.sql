@@ -162,7 +162,8 @@ SELECT count(*) AS broken_invariants FROM lonnymq.verify();
 -- dequeue, once in it, never again in the session, and again after the
 -- transaction that warmed it rolled back (the setting went with it).
 -- (Function counts of this transaction only: none are pending in a fresh
--- session, and pg_stat_force_next_flush empties them at the next idle.)
+-- session, and pg_stat_force_next_flush, PostgreSQL 15 on, empties them at
+-- the next idle.)
 \c
 SELECT current_setting('lonnymq.heap', true) IS NULL AS fresh_session_cold;
 BEGIN;
@@ -182,3 +183,9 @@ SELECT count(*) FROM lonnymq.message_dequeue('no such queue', 1000);
 SELECT calls AS warmed_again FROM pg_stat_xact_user_functions WHERE funcname = '_warm_heap';
 COMMIT;
 SELECT current_setting('lonnymq.heap', true) AS committed;
+SELECT pg_stat_force_next_flush();
+BEGIN;
+SET LOCAL track_functions = 'all';
+SELECT count(*) FROM lonnymq.message_dequeue('no such queue', 1000);
+SELECT count(*) AS warmed_later FROM pg_stat_xact_user_functions WHERE funcname = '_warm_heap';
+COMMIT;
