@@ -428,11 +428,11 @@ COMMENT ON FUNCTION lonnymq._read_committed() IS 'Whether the transaction is at 
 -- one mmapped block above the threshold makes glibc raise it for the rest of
 -- the backend's life (mallopt(3), the dynamic mmap threshold: then 1 MB,
 -- trimming from 2 MB on). message_dequeue does that once per session
--- (about 1-2 ms), remembered in the session
--- setting lonnymq.heap; a rolled-back or reset setting only means doing it
--- again, from the heap this time. No effect, and no harm, where the block
--- does not come from mmap: another allocator than glibc's, glibc's
--- thresholds set by hand, or 1 MB already free in the heap.
+-- (about 2 ms), remembered in the session setting lonnymq.heap; a
+-- rolled-back or reset setting only means doing it again, from the heap
+-- this time. No effect, and no harm, where the block does not come from
+-- mmap: another allocator than glibc's, glibc's thresholds set by hand, or
+-- 1 MB already free in the heap.
 CREATE OR REPLACE FUNCTION lonnymq._heap_warmed() RETURNS boolean
 LANGUAGE sql STABLE
 AS $$

@@ -29,7 +29,7 @@
 #                        sampled: with several, the CPU per message includes what they
 #                        spend on each other (rows skipped, the held path), not their waits
 #   PROFILE_PEERS="..."  the peers to profile beside lonnymq (default: lonnymq_original pgmq
-#                        floor). Leave the original out with PROFILE_CHANNELS=1: its fill
+#                        floor; empty: lonnymq alone). Leave the original out with PROFILE_CHANNELS=1: its fill
 #                        there ran over 6 minutes and was stopped (every create updates the
 #                        channel's row, 300,000 times in one transaction)
 #
@@ -48,7 +48,7 @@ rounds=${PROFILE_ROUNDS:-4}
 lifecycle=${PROFILE_LIFECYCLE:-0}
 channels=${PROFILE_CHANNELS:-100}
 clients=${PROFILE_CLIENTS:-1}
-peers_wanted=${PROFILE_PEERS-lonnymq_original pgmq floor}
+read -r -a peers_wanted <<< "${PROFILE_PEERS-lonnymq_original pgmq floor}"
 [[ $batch =~ ^[0-9]+$ ]] && batch=$((10#$batch)) && ((batch >= 1 && batch <= 100)) \
     || die "PROFILE_BATCH must be 1-100"
 [[ $rounds =~ ^[0-9]+$ ]] && rounds=$((10#$rounds)) && ((rounds >= 1 && rounds <= 20)) \
@@ -58,9 +58,10 @@ peers_wanted=${PROFILE_PEERS-lonnymq_original pgmq floor}
     || die "PROFILE_CHANNELS must be 0-1000"
 [[ $clients =~ ^[0-9]+$ ]] && clients=$((10#$clients)) && ((clients >= 1 && clients <= 8)) \
     || die "PROFILE_CLIENTS must be 1-8"
-for system in $peers_wanted; do
+for system in ${peers_wanted[@]+"${peers_wanted[@]}"}; do
     [[ $system =~ ^(lonnymq_original|pgmq|floor)$ ]] || die "PROFILE_PEERS: no system '$system'"
 done
+wanted=" ${peers_wanted[*]-} "  # (space-separated, for the membership tests below)
 if [ -n "$definitions" ]; then
     [ -f "$definitions" ] || die "no such file: $definitions"
     definitions=$(cd "$(dirname "$definitions")" && pwd)/$(basename "$definitions")
@@ -203,9 +204,9 @@ round() {  # database, system, round number: one round's samples, counted into $
 declare -A pooled
 systems=(lonnymq)
 [ -n "$definitions" ] && systems+=(lonnymq_b)
-((batch == 1 && channels > 0)) && [[ " $peers_wanted " = *" lonnymq_original "* ]] && systems+=(lonnymq_original)
+((batch == 1 && channels > 0)) && [[ $wanted = *" lonnymq_original "* ]] && systems+=(lonnymq_original)
 for system in pgmq floor; do
-    [[ " $peers_wanted " = *" $system "* ]] && systems+=("$system")
+    [[ $wanted = *" $system "* ]] && systems+=("$system")
 done
 declare -A database=([lonnymq]=prof_lonnymq [lonnymq_b]=prof_lonnymq_b
                      [lonnymq_original]=prof_original [pgmq]=prof_pgmq [floor]=prof_floor)
@@ -228,7 +229,7 @@ printf '{"provenance": {"git": "%s", "lonnymq": "%s", "postgres": "%s", "perf": 
     "$(git -C "$here" describe --always --dirty)" \
     "$("${psql[@]}" -d prof_lonnymq -c "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'")" \
     "$("${psql[@]}" -d postgres -c "SHOW server_version")" "$(perf --version)" "$(date -u +%FT%TZ)" \
-    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds, \"peers\": \"$peers_wanted\"" \
+    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds, \"systems\": \"${systems[*]}\"" \
     | cat - "$work/profile.json" > "$work/profile.all.json"
 mv "$work/profile.all.json" "$work/profile.json"
 cat "$work/profile.txt"
