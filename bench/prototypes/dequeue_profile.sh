@@ -68,8 +68,10 @@ if [ -n "$definitions" ]; then
 fi
 peers=${LONNYMQ_PEERS_DIR:-$here/../../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../../$peers
-for file in lonnymq-original.sql pgmq.sql; do
-    [ -f "$peers/$file" ] || die "no $peers/$file (LONNYMQ_PEERS_DIR)"
+# (Only the install SQL of the peers profiled: the floor's is bench/floor.sql.)
+for system in lonnymq_original:lonnymq-original.sql pgmq:pgmq.sql; do
+    [[ $wanted = *" ${system%%:*} "* ]] && { [ -f "$peers/${system#*:}" ] \
+        || die "no $peers/${system#*:} (LONNYMQ_PEERS_DIR)"; }
 done
 command -v perf >/dev/null || die "perf is not installed (Debian: apt-get install linux-perf)"
 if [ "$(id -u)" != 0 ] && [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -gt 1 ]; then
