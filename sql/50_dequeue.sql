@@ -511,13 +511,13 @@ COMMENT ON FUNCTION lonnymq._dequeue_channelless(lonnymq.queue, bigint, bigint, 
 -- has folded in so far). This takes no turn (the holder records it), so
 -- single dequeues in a row would take the fairest one's messages one after
 -- another, then the next one's: up to p_want, each channel's in one
--- statement, the channels picked in one statement (picking them one at a
--- time would walk the held ones again for each). A channel found free by now
--- is served by a round instead; one that cannot be served so (gone, or
--- accounted since) or has nothing to take comes back in `tried`.
+-- statement (_serve_held), the channels picked and pinned in one statement
+-- (picking them one at a time would walk the held ones again for each). A
+-- channel with nothing to give, or accounted or paused by now, comes back in
+-- `tried`. It raises no head (that is the holder's), so `raised` is 0.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_held(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                  p_want integer, p_channelless_ms bigint, p_tried bigint[],
-                                                 p_hinted bigint[], p_raises integer,
+                                                 p_hinted bigint[],
                                                  OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
                                                  OUT raised integer)
 LANGUAGE plpgsql VOLATILE
@@ -525,7 +525,7 @@ AS $$
 DECLARE
     v_held lonnymq.channel[];
     v_channel lonnymq.channel;
-    v_step record;
+    v_ids bigint[];
 BEGIN
     ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
     -- Whether a held channel may be served depends on its current policy,
@@ -554,73 +554,68 @@ BEGIN
     END IF;
     FOREACH v_channel IN ARRAY v_held LOOP
         EXIT WHEN pg_catalog.cardinality(ids) >= p_want;
-        v_step := lonnymq._serve_held(p_queue, v_channel, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids),
-                                      p_channelless_ms, p_raises - raised);
-        ids := ids || v_step.ids;
-        served := served || v_step.served;
-        tried := tried || v_step.tried;
-        raised := raised + v_step.raised;
+        v_ids := lonnymq._serve_held(p_queue, v_channel, p_now_ms, p_lock_ms, p_want - pg_catalog.cardinality(ids));
+        IF pg_catalog.cardinality(v_ids) = 0 THEN
+            tried := tried || v_channel.id;
+        ELSE
+            ids := ids || v_ids;
+            served := served || v_channel.id;
+        END IF;
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
+COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[])
     IS 'Dequeue step: messages of channels held by another dequeuer, without a turn.';
 
 -- One channel of _dequeue_held, pinned by the caller: up to p_want of its
--- messages, or the channel in `tried` when it has none to give.
+-- messages, claimed in one statement, in order; none when it has none to
+-- give. The claim reads the channel's row again, in its own snapshot, taken
+-- after the pin: a policy change that committed after the pick's snapshot
+-- but before the pin (which then locks the row the pick saw, not the new
+-- one) may have made the channel accounted or paused, and those are never
+-- served while held. A channel whose holder has gone by now is served the
+-- same way, without a turn: trying it as a round first cost every held
+-- dequeue two more statements and could not close that race anyway (its
+-- holder can commit just after any such try).
 CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel lonnymq.channel, p_now_ms bigint,
-                                               p_lock_ms bigint, p_want integer, p_channelless_ms bigint,
-                                               p_raises integer,
-                                               OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
-                                               OUT raised integer)
+                                               p_lock_ms bigint, p_want integer)
+RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_channel lonnymq.channel;
-    v_round record;
+    v_ids bigint[];
 BEGIN
-    -- Its holder may have gone meanwhile: then it is served as a free channel.
-    -- (Not one of p_tried: the caller picked it among the others.)
-    v_round := lonnymq._dequeue_round(p_queue, p_now_ms, p_lock_ms, 1, p_channelless_ms, '{}',
-                                      ARRAY[p_channel.id], p_raises);
-    ids := v_round.ids; served := v_round.served; tried := v_round.tried; raised := v_round.raised;
-    IF pg_catalog.cardinality(ids) + pg_catalog.cardinality(tried) > 0 THEN
-        RETURN;
+    -- Its due heads out of attempts first, under the same checks. (A channel
+    -- given max_attempts since the pick has its own left to the next dequeue:
+    -- the claim below passes over them.)
+    IF p_channel.max_attempts IS NOT NULL THEN
+        PERFORM lonnymq._dead_letter_heads(c, p_now_ms, false, p_queue.name) FROM lonnymq.channel c
+        WHERE c.id = p_channel.id AND c.max_attempts IS NOT NULL AND NOT c.paused
+          AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size);
     END IF;
-    -- Still held. Read afresh: a policy change that committed after the pick's
-    -- snapshot (but before the pin) may have made it accounted, and
-    -- accounted channels are never served while held.
-    SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = p_channel.id;
-    IF v_channel.id IS NOT NULL AND NOT v_channel.paused
-       AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
-        IF v_channel.max_attempts IS NOT NULL THEN
-            PERFORM lonnymq._dead_letter_heads(v_channel, p_now_ms, false, p_queue.name);
-        END IF;
-        WITH claimed AS (
-            UPDATE lonnymq.message m
-            SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
-            -- (By key, whatever the plan's guess of the LIMIT: see _dequeue_channelless.)
-            WHERE m.id = ANY (ARRAY(SELECT s.id FROM lonnymq.message s
-                                    WHERE s.queue_id = p_queue.id AND s.channel_id = v_channel.id
-                                      AND s.locked_until_ms IS NULL AND s.dequeue_ms <= p_now_ms
-                                      AND (v_channel.max_attempts IS NULL
-                                           OR s.num_attempts < v_channel.max_attempts)
-                                    ORDER BY s.dequeue_ms, s.id
-                                    LIMIT p_want
-                                    FOR UPDATE SKIP LOCKED))
-            RETURNING m.id, m.dequeue_ms
-        )
-        SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.dequeue_ms, k.id), '{}') INTO ids FROM claimed k;
-        IF pg_catalog.cardinality(ids) > 0 THEN
-            served := ARRAY[p_channel.id];
-            RETURN;
-        END IF;
-    END IF;
-    tried := ARRAY[p_channel.id];
+    WITH claimed AS (
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+        -- (By key, whatever the plan's guess of the LIMIT: see _dequeue_channelless.)
+        WHERE m.id = ANY (ARRAY(
+            SELECT s.id FROM lonnymq.channel c
+            CROSS JOIN LATERAL (SELECT s.id FROM lonnymq.message s
+                                WHERE s.queue_id = p_queue.id AND s.channel_id = c.id
+                                  AND s.locked_until_ms IS NULL AND s.dequeue_ms <= p_now_ms
+                                  AND (c.max_attempts IS NULL OR s.num_attempts < c.max_attempts)
+                                ORDER BY s.dequeue_ms, s.id
+                                LIMIT p_want
+                                FOR UPDATE SKIP LOCKED) s
+            WHERE c.id = p_channel.id AND NOT c.paused
+              AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)))
+        RETURNING m.id, m.dequeue_ms
+    )
+    SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.dequeue_ms, k.id), '{}') INTO v_ids FROM claimed k;
+    RETURN v_ids;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer, bigint, integer)
-    IS 'Messages of one held channel, without a turn; the channel in tried when it has none.';
+COMMENT ON FUNCTION lonnymq._serve_held(lonnymq.queue, lonnymq.channel, bigint, bigint, integer)
+    IS 'Messages of one held channel, without a turn, if its policy as it is now allows; their ids.';
 
 -- Step 0. A single dequeue when only one kind of message can be ready (no
 -- expired lock to redeliver, the queue not paused, and either no
@@ -726,11 +721,13 @@ BEGIN
     IF p_queue.paused OR recovered >= p_want THEN
         RETURN;
     END IF;
-    -- A busy channel with due hints counts as ready for the held step.
-    -- Otherwise what the caller saw, or read now when it did not look (or
-    -- what it saw may have changed since: a due hint absorbed, a slot freed
-    -- by a dead-lettered expired delivery).
-    v_channels_ready := pg_catalog.cardinality(p_hinted) > 0 OR p_channels_ready;
+    -- A busy channel with due hints counts as ready for the held step, and
+    -- so does any after step 0 found no free one (p_held): the held step
+    -- reads them itself, and finds nothing when none is ready. Otherwise
+    -- what the caller saw, or read now when it did not look (or what it saw
+    -- may have changed since: a due hint absorbed, a slot freed by a
+    -- dead-lettered expired delivery).
+    v_channels_ready := p_held OR pg_catalog.cardinality(p_hinted) > 0 OR p_channels_ready;
     IF v_channels_ready IS NULL THEN
         v_channels_ready := EXISTS (SELECT 1 FROM lonnymq.channel c
                                     WHERE c.queue_id = p_queue.id AND c.ready_ms <= p_now_ms AND NOT c.paused);
@@ -748,7 +745,7 @@ BEGIN
         v_want := p_want - pg_catalog.cardinality(ids);
         IF v_held THEN
             v_step := lonnymq._dequeue_held(v_queue, p_now_ms, p_lock_ms, v_want, v_channelless_ms, v_tried,
-                                            p_hinted, v_raises);
+                                            p_hinted);
         ELSE
             v_step := lonnymq._dequeue_round(v_queue, p_now_ms, p_lock_ms, v_want, v_channelless_ms, v_tried,
                                              v_only, v_raises);

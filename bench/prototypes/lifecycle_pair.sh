@@ -8,6 +8,9 @@
 #   bench/cluster start
 #   bench/prototypes/lifecycle_pair.sh bench/prototypes/dequeue_lower_bound.sql [ROUNDS] [NAME]
 #
+# PAIR_CHANNELS=N (1-1000, default 100) spreads the messages over N channels instead: 1 is
+# workload 2's one hot channel.
+#
 # Writes bench/results/pair-NAME.csv: round, database, created, completed, messages per
 # second (the lesser of the two, as bench/run counts a lifecycle), the mean top-level
 # dequeue in ms (pg_stat_statements).
@@ -17,11 +20,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 definitions=$1
 rounds=${2:-5}
 name=${3:-lifecycle-pair}
+channels=${PAIR_CHANNELS:-100}
+[[ $channels =~ ^[0-9]+$ ]] && [ "$channels" -ge 1 ] && [ "$channels" -le 1000 ] \
+    || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
 peers=${LONNYMQ_PEERS_DIR:-$here/../../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../../$peers
 psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
 pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -n -M prepared -j 1 -T 10
-         -D nchannels=100 -D payload='\x00')
+         -D nchannels=$channels -D payload='\x00')
 scripts=$here/../pgbench
 out=$here/../results/pair-$name.csv
 
@@ -39,12 +45,12 @@ done
 seed() {
     if [ "$1" = lp_original ]; then
         "${psql[@]}" -d "$1" -c "TRUNCATE lonny_up.message, lonny_up.channel" \
-            -c "SELECT count(lonny_up.channel_set('c' || c, 2147483647, 2147483647, 0)) FROM generate_series(1, 100) c" \
-            -c "SELECT count(*) FROM generate_series(1, 2000) i, LATERAL lonny_up.message_create('c' || (i % 100 + 1), '\x00'::bytea, NULL) x" \
+            -c "SELECT count(lonny_up.channel_set('c' || c, 2147483647, 2147483647, 0)) FROM generate_series(1, $channels) c" \
+            -c "SELECT count(*) FROM generate_series(1, 2000) i, LATERAL lonny_up.message_create('c' || (i % $channels + 1), '\x00'::bytea, NULL) x" \
             -c "VACUUM ANALYZE lonny_up.message" -c "VACUUM ANALYZE lonny_up.channel" >/dev/null
     else
         "${psql[@]}" -d "$1" -c "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive" \
-            -c "SELECT count(lonnymq.message_create('bench', 'c' || (i % 100 + 1), '\x00'::bytea)) FROM generate_series(1, 2000) i" \
+            -c "SELECT count(lonnymq.message_create('bench', 'c' || (i % $channels + 1), '\x00'::bytea)) FROM generate_series(1, 2000) i" \
             -c "VACUUM ANALYZE lonnymq.message" -c "VACUUM ANALYZE lonnymq.channel" \
             -c "VACUUM ANALYZE lonnymq.channel_hint" >/dev/null
     fi
