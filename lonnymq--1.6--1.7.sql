@@ -2097,7 +2097,7 @@ BEGIN
           ORDER BY c.ready_ms, c.turn_seq, c.id
           LIMIT p_want
           FOR KEY SHARE SKIP LOCKED) x;
-    IF pg_catalog.cardinality(v_held) = 0 AND p_channelless_ms IS NULL THEN
+    IF pg_catalog.cardinality(v_held) = 0 AND p_channelless_ms IS NULL AND pg_catalog.cardinality(p_hinted) > 0 THEN
         SELECT coalesce(pg_catalog.array_agg(x.ch ORDER BY x.last_turn_ms, x.turn_seq, x.id), '{}') INTO v_held
         FROM (SELECT c AS ch, c.last_turn_ms, c.turn_seq, c.id FROM lonnymq.channel c
               WHERE c.id = ANY (p_hinted) AND c.id <> ALL (p_tried) AND NOT c.paused
