@@ -2,7 +2,7 @@
 
 Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
     .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1]
-                                         [--channelless] [--name NAME]
+                                         [--channelless | --held] [--name NAME]
     .venv/bin/python bench/ab_dequeue.py A.sql --original [--rounds 12] ...
 
 A.sql and B.sql hold function definitions (CREATE OR REPLACE ...), typically two versions
@@ -13,8 +13,12 @@ transaction, alternating between the two databases every 100 dequeues, and reads
 backend's CPU time from /proc: drift on the machine (other work, frequency, caches) falls
 on both alike. With --batch N, each call dequeues N messages (max_messages), and the CPU
 is reported per message. With --channelless, the messages have no channel (workload 3's
-shape). Run it with the same file twice to see the noise (A/A): on the 2-core
-machine of bench/README.md, 12 rounds gave ratios of 0.96-1.09 and a median of 1.000.
+shape). With --held, they all sit on one channel whose row another transaction holds once
+the warm-up is done, so every dequeue takes the held path (workload 2's other dequeuers);
+that transaction ends and takes the row again every 10 dequeues, outside the measured
+backend (kept open, it would keep every claimed message's index entry alive, and each claim
+would step over all of them). Run it with the same file twice to see the noise (A/A): on
+the 2-core machine of bench/README.md, 12 rounds gave ratios of 0.96-1.09 and a median of 1.000.
 With --original, B is the original LonnyMQ instead (its install SQL from the peers'
 folder, see common.PEERS_DIR; single dequeues only): its channels declared without limits,
 as lonnymq's are by default, filled and dequeued the same way.
@@ -49,6 +53,7 @@ from common import (
 
 CHUNK = 100
 CHANNELS = 100
+HOLD_EVERY = 10  # with --held, dequeues between two takes of the channel's row
 ORIGINAL_DB = "ab_original"  # with --original, B's database
 
 
@@ -103,8 +108,25 @@ def _is_original(conn: psycopg.Connection[Any]) -> bool:
     return conn.info.dbname == ORIGINAL_DB
 
 
-def _refill(conn: psycopg.Connection[Any], messages: int, channelless: bool) -> None:
-    """The queue emptied, given `messages` ready messages (over the channels, or none), vacuumed."""
+class _Holder:
+    """With --held: a transaction of its own holding the one channel's row (see the docstring)."""
+
+    def __init__(self, database: str) -> None:
+        self.conn = psycopg.connect(_dsn(database))
+        self.take()
+
+    def take(self) -> None:
+        """The row released and taken again, in a new transaction."""
+        self.conn.rollback()
+        self.conn.execute("SELECT 1 FROM lonnymq.channel WHERE name = 'h' FOR NO KEY UPDATE")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _refill(conn: psycopg.Connection[Any], messages: int, shape: str) -> None:
+    """The queue emptied, given `messages` ready messages (over the channels, on one channel
+    for --held, or none for --channelless), vacuumed."""
     if _is_original(conn):
         reset_lonnymq_original(conn, [f"c{c}" for c in range(1, CHANNELS + 1)])
         conn.execute(
@@ -115,20 +137,19 @@ def _refill(conn: psycopg.Connection[Any], messages: int, channelless: bool) -> 
         tables: tuple[str, ...] = ("lonny_up.message", "lonny_up.channel")
     else:
         conn.execute("TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive")
-        channel = "NULL" if channelless else "'c' || (i %% %s + 1)"
+        channel = {"channelless": "NULL", "held": "'h'"}.get(shape, f"'c' || (i %% {CHANNELS} + 1)")
         conn.execute(
             f"SELECT count(lonnymq.message_create('ab', {channel}, 'payload'::bytea)) "
             "FROM generate_series(1, %s) i",
-            (messages,) if channelless else (CHANNELS, messages),
+            (messages,),
         )
         tables = ("lonnymq.message", "lonnymq.channel", "lonnymq.channel_hint")
     for table in tables:
         conn.execute(f"VACUUM ANALYZE {table}")
 
 
-def _fill(conn: psycopg.Connection[Any], messages: int, batch: int, channelless: bool) -> int:
-    """An empty queue given `messages` ready messages (see _refill); the backend pid."""
-    _refill(conn, messages, channelless)
+def _warm(conn: psycopg.Connection[Any], batch: int) -> int:
+    """Plans made and caches warmed by a few dequeues; the backend pid."""
     for _ in range(CHUNK // 2):  # plans made, caches warm
         _dequeue(conn, 1)
     if batch > 1:
@@ -136,26 +157,38 @@ def _fill(conn: psycopg.Connection[Any], messages: int, batch: int, channelless:
     return int(scalar(conn, "SELECT pg_backend_pid()"))
 
 
-def _round(
-    messages: int, batch: int, databases: tuple[str, str], channelless: bool
-) -> dict[str, float]:
+def _round(messages: int, batch: int, databases: tuple[str, str], shape: str) -> dict[str, float]:
     """One round: µs of backend CPU per dequeued message in each database (A's, then B's)."""
     conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in databases}
+    holders: dict[str, _Holder] = {}
     try:
-        pids = {db: _fill(conn, messages, batch, channelless) for db, conn in conns.items()}
+        for conn in conns.values():
+            _refill(conn, messages, shape)
+        pids = {db: _warm(conn, batch) for db, conn in conns.items()}
+        if shape == "held":
+            # Held only now: the warm-up above folded the producers' hints into the channel's
+            # head, as its holder would have (held for good, each dequeue would fold them
+            # again). Then the held path's plans made too.
+            holders = {db: _Holder(db) for db in conns}
+            for conn in conns.values():
+                _warm(conn, batch)
         spent = dict.fromkeys(conns, 0.0)
         chunks = (messages - 2 * CHUNK) // CHUNK
         for chunk in range(chunks):
             order = databases if chunk % 2 == 0 else databases[::-1]
             for db in order:
                 before = cpu_s(pids[db])
-                for _ in range(CHUNK // batch):
+                for call in range(CHUNK // batch):
+                    if db in holders and call % HOLD_EVERY == 0:
+                        holders[db].take()  # (another backend: not in the measurement)
                     if _dequeue(conns[db], batch) < batch:
                         raise RuntimeError(f"{db}: the queue ran dry before the other")
                 spent[db] += cpu_s(pids[db]) - before
         per_chunk = CHUNK // batch * batch
         return {db: spent[db] / (chunks * per_chunk) * 1e6 for db in conns}
     finally:
+        for holder in holders.values():
+            holder.close()
         for conn in conns.values():
             conn.close()
 
@@ -174,8 +207,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=1, help="max_messages per call, 1-100")
-    parser.add_argument(
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument(
         "--channelless", action="store_true", help="channel-less messages (workload 3's shape)"
+    )
+    shapes.add_argument(
+        "--held", action="store_true", help="one channel another transaction holds (workload 2)"
     )
     parser.add_argument("--name", default="dequeue")
     args = parser.parse_args()
@@ -187,17 +224,18 @@ def main() -> None:
         parser.error("give either B.sql or --original")
     if args.original and args.batch != 1:
         parser.error("the original LonnyMQ dequeues one message per call: --batch 1 only")
-    if args.original and args.channelless:
-        parser.error("the original LonnyMQ has no channel-less messages")
+    if args.original and (args.channelless or args.held):
+        parser.error("--channelless and --held are lonnymq's shapes only")
     _prepare("ab_a", args.a)
     if args.original:
         _prepare_original(ORIGINAL_DB)
     else:
         _prepare("ab_b", args.b)
     databases = ("ab_a", ORIGINAL_DB if args.original else "ab_b")
+    shape = "channelless" if args.channelless else "held" if args.held else "channels"
     rounds = []
     for number in range(args.rounds):
-        measured = _round(args.messages, args.batch, databases, args.channelless)
+        measured = _round(args.messages, args.batch, databases, shape)
         result = {"ab_a": measured[databases[0]], "ab_b": measured[databases[1]]}
         result["ratio"] = result["ab_b"] / result["ab_a"]
         rounds.append(result)
@@ -221,6 +259,7 @@ def main() -> None:
                 "chunk": CHUNK,
                 "batch": args.batch,
                 "channelless": args.channelless,
+                "held": args.held,
                 "rounds": rounds,
                 "median_ratio": median,
             },
