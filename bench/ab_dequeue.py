@@ -157,6 +157,11 @@ def _warm(conn: psycopg.Connection[Any], batch: int) -> int:
     return int(scalar(conn, "SELECT pg_backend_pid()"))
 
 
+def _turns(conn: psycopg.Connection[Any]) -> int:
+    """The last turn number of the queue's channels: it moves whenever a dequeue takes a turn."""
+    return int(scalar(conn, "SELECT coalesce(max(turn_seq), 0) FROM lonnymq.channel"))
+
+
 def _round(messages: int, batch: int, databases: tuple[str, str], shape: str) -> dict[str, float]:
     """One round: µs of backend CPU per dequeued message in each database (A's, then B's)."""
     conns = {db: psycopg.connect(_dsn(db), autocommit=True) for db in databases}
@@ -172,6 +177,7 @@ def _round(messages: int, batch: int, databases: tuple[str, str], shape: str) ->
             holders = {db: _Holder(db) for db in conns}
             for conn in conns.values():
                 _warm(conn, batch)
+        turns = {db: _turns(conn) for db, conn in conns.items() if db in holders}
         spent = dict.fromkeys(conns, 0.0)
         chunks = (messages - 2 * CHUNK) // CHUNK
         for chunk in range(chunks):
@@ -184,6 +190,8 @@ def _round(messages: int, batch: int, databases: tuple[str, str], shape: str) ->
                     if _dequeue(conns[db], batch) < batch:
                         raise RuntimeError(f"{db}: the queue ran dry before the other")
                 spent[db] += cpu_s(pids[db]) - before
+        if any(_turns(conns[db]) != turn for db, turn in turns.items()):
+            raise RuntimeError("--held: a dequeue took a turn, so it did not take the held path")
         per_chunk = CHUNK // batch * batch
         return {db: spent[db] / (chunks * per_chunk) * 1e6 for db in conns}
     finally:

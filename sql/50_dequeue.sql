@@ -570,13 +570,16 @@ COMMENT ON FUNCTION lonnymq._dequeue_held(lonnymq.queue, bigint, bigint, integer
 -- One channel of _dequeue_held, pinned by the caller: up to p_want of its
 -- messages, claimed in one statement, in order; none when it has none to
 -- give. The claim reads the channel's row again, in its own snapshot, taken
--- after the pin: a policy change that committed after the pick's snapshot
--- but before the pin (which then locks the row the pick saw, not the new
--- one) may have made the channel accounted or paused, and those are never
--- served while held. A channel whose holder has gone by now is served the
--- same way, without a turn: trying it as a round first cost every held
--- dequeue two more statements and could not close that race anyway (its
--- holder can commit just after any such try).
+-- after the pin: the row the caller passes is as the pick's snapshot saw it,
+-- and a policy change that committed since may have made the channel
+-- accounted or paused, and those are never served while held. (A
+-- channel_set that commits later waits for the pin. A pause is a plain
+-- update the pin does not wait for: one committed after the claim's
+-- snapshot takes effect from the next dequeue, as for a free channel.)
+-- A channel whose holder has gone by now is served the same way,
+-- without a turn: trying it as a round first cost every held dequeue two
+-- more statements and could not close that race anyway (its holder can
+-- commit just after any such try).
 CREATE OR REPLACE FUNCTION lonnymq._serve_held(p_queue lonnymq.queue, p_channel lonnymq.channel, p_now_ms bigint,
                                                p_lock_ms bigint, p_want integer)
 RETURNS bigint[]
@@ -585,9 +588,10 @@ AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
-    -- Its due heads out of attempts first, under the same checks. (A channel
-    -- given max_attempts since the pick has its own left to the next dequeue:
-    -- the claim below passes over them.)
+    -- Its due heads out of attempts first, under the same checks: archiving
+    -- one of an accounted channel without its row would miss its capacity
+    -- count. (A channel given max_attempts after the pick's snapshot has its
+    -- own left to the next dequeue: the claim below passes over them.)
     IF p_channel.max_attempts IS NOT NULL THEN
         PERFORM lonnymq._dead_letter_heads(c, p_now_ms, false, p_queue.name) FROM lonnymq.channel c
         WHERE c.id = p_channel.id AND c.max_attempts IS NOT NULL AND NOT c.paused
