@@ -9,7 +9,7 @@
 #   bench/prototypes/lifecycle_pair.sh bench/prototypes/dequeue_lower_bound.sql [ROUNDS] [NAME]
 #
 # PAIR_CHANNELS=N (1-1000, default 100) spreads the messages over N channels instead: 1 is
-# workload 2's one hot channel.
+# workload 2's one hot channel. PAIR_SYNC=on runs it with synchronous_commit on (default off).
 #
 # Writes bench/results/pair-NAME.csv: round, database, created, completed, messages per
 # second (the lesser of the two, as bench/run counts a lifecycle), the mean top-level
@@ -21,6 +21,8 @@ definitions=$1
 rounds=${2:-5}
 name=${3:-lifecycle-pair}
 channels=${PAIR_CHANNELS:-100}
+sync=${PAIR_SYNC:-off}
+[[ $sync =~ ^(on|off)$ ]] || { echo "PAIR_SYNC must be on or off" >&2; exit 2; }
 [[ $channels =~ ^[0-9]+$ ]] && [ "$channels" -ge 1 ] && [ "$channels" -le 1000 ] \
     || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
 peers=${LONNYMQ_PEERS_DIR:-$here/../../../shared/peers}
@@ -71,9 +73,9 @@ for round in $(seq "$rounds"); do
         seed "$db"
         before=$(live "$db")
         produced=$(mktemp)
-        PGOPTIONS="-c synchronous_commit=off" "${pgbench[@]}" -c 4 -f "$scripts/${system}_create.sql" "$db" \
+        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}_create.sql" "$db" \
             > "$produced" 2>&1 &
-        PGOPTIONS="-c synchronous_commit=off" "${pgbench[@]}" -c 4 -f "$scripts/${system}_consume.sql" "$db" \
+        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}_consume.sql" "$db" \
             > /dev/null 2>&1
         wait
         after=$(live "$db")
