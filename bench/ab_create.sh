@@ -10,7 +10,7 @@
 # bench/results/ab-create-OLD_VERSION.json.
 set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
-export PGHOST=127.0.0.1 PGPORT=${BENCH_PGPORT:-54339} PGUSER=postgres
+export PGHOST=127.0.0.1 PGPORT=${BENCH_PGPORT:-25439} PGUSER=postgres
 . "$BENCH_DIR/../scripts/lib.sh"
 old=${1:?usage: bench/ab_create.sh OLD_VERSION [ROUNDS] [SECONDS]}
 rounds=${2:-6}

@@ -21,7 +21,7 @@ ROOT = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 HOST = "127.0.0.1"
-PORT = int(os.environ.get("BENCH_PGPORT", "54339"))
+PORT = int(os.environ.get("BENCH_PGPORT", "25439"))
 DATABASE = "bench"
 DSN = f"host={HOST} port={PORT} user=postgres dbname={DATABASE}"
 PAYLOAD = "\\x" + "ab" * 128  # 128-byte message body, as bytea hex input

@@ -10,7 +10,7 @@
 # only), mean microseconds and buffers per call.
 set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
-export PGHOST=127.0.0.1 PGPORT=${BENCH_PGPORT:-54339} PGUSER=postgres
+export PGHOST=127.0.0.1 PGPORT=${BENCH_PGPORT:-25439} PGUSER=postgres
 . "$BENCH_DIR/../scripts/lib.sh"
 seconds=${1:-5}
 peers=${LONNYMQ_PEERS_DIR:-../shared/peers}

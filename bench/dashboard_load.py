@@ -8,7 +8,7 @@ buffers the database touched (pg_stat_database deltas of the benchmark database,
 nothing else uses) and the latency. For contrast, the same for one read of the exact
 ``queue_stats`` view, which counts every message. Not a test: it asserts nothing.
 
-    python bench/dashboard_load.py --dsn postgresql://postgres@127.0.0.1:54329/postgres
+    python bench/dashboard_load.py --dsn postgresql://postgres@127.0.0.1:25429/postgres
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ QUEUE = "reports"
 # behind acme's backlog.
 TENANTS = {"acme": 300, "globex": 80, "initech": 40, "umbrella": 20, "hooli": 10}
 DEFAULT_DSN = os.environ.get(
-    "LONNYMQ_EXAMPLE_DSN", "postgresql://postgres@127.0.0.1:54329/lonnymq_example"
+    "LONNYMQ_EXAMPLE_DSN", "postgresql://postgres@127.0.0.1:25429/lonnymq_example"
 )
 
 

@@ -45,14 +45,15 @@ extension_dir() {
 # pg_cron is preloaded and tested only where it is installed (Debian's 15).
 have_pg_cron() { [ -f "$(extension_dir)/pg_cron.control" ]; }
 
-# The local cluster: data and socket inside the checkout, an uncommon port to avoid clashes.
+# The local cluster: data inside the checkout, on an uncommon port below Linux's ephemeral
+# range (32768-60999), so no client connection can be holding it (scripts/cluster).
 if [ "$LONNYMQ_PG" = 15 ]; then
     export LONNYMQ_PGDATA=${LONNYMQ_PGDATA:-$LONNYMQ_ROOT/.pgdata}
 else
     export LONNYMQ_PGDATA=${LONNYMQ_PGDATA:-$LONNYMQ_ROOT/.pgdata-$LONNYMQ_PG}
 fi
 export PGHOST=${PGHOST:-127.0.0.1}
-export PGPORT=${PGPORT:-54329}
+export PGPORT=${PGPORT:-25429}
 export PGUSER=${PGUSER:-postgres}
 export PGDATABASE=${PGDATABASE:-postgres}
 LOCAL_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$PGDATABASE"

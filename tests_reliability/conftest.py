@@ -1,9 +1,9 @@
 """Fixtures for the reliability suite: databases on the shared test cluster, a private
 throwaway cluster for crash tests, worker processes, and a limit sampler.
 
-The shared cluster (scripts/cluster, 127.0.0.1:54329) is reached through LONNYMQ_TEST_DSN.
+The shared cluster (scripts/cluster, 127.0.0.1:25429) is reached through LONNYMQ_TEST_DSN.
 Tests that crash or restart PostgreSQL never touch it: they start their own cluster in
-.pgdata-reliability on port 54349 (LONNYMQ_RELIABILITY_PORT) and remove it afterwards.
+.pgdata-reliability on port 25449 (LONNYMQ_RELIABILITY_PORT) and remove it afterwards.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Hypothesis keeps caches in ./.hypothesis unless told otherwise: keep the checkout clean.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/lonnymq-hypothesis")
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
-ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
+ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:25429/postgres")
 OWN_PGDATA = ROOT / ".pgdata-reliability"
-OWN_PORT = int(os.environ.get("LONNYMQ_RELIABILITY_PORT", "54349"))
+OWN_PORT = int(os.environ.get("LONNYMQ_RELIABILITY_PORT", "25449"))
 
 
 # -- small helpers ----------------------------------------------------------------------------

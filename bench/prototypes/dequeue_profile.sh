@@ -78,8 +78,8 @@ if [ "$(id -u)" != 0 ] && [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -gt 1 
     die "perf may not sample other processes here: run as root, or set kernel.perf_event_paranoid to 1"
 fi
 
-psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
-pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -n -M prepared
+psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
+pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -n -M prepared
          -c "$clients" -j "$clients")
 results=$here/../results
 scripts=$here/../pgbench

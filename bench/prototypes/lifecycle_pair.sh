@@ -27,8 +27,8 @@ sync=${PAIR_SYNC:-off}
     || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
 peers=${LONNYMQ_PEERS_DIR:-$here/../../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../../$peers
-psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
-pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-54339}" -U postgres -n -M prepared -j 1 -T 10
+psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
+pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -n -M prepared -j 1 -T 10
          -D nchannels=$channels -D payload='\x00')
 scripts=$here/../pgbench
 out=$here/../results/pair-$name.csv

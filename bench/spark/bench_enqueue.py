@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument(
         "--admin-dsn",
         default=os.environ.get(
-            "LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres"
+            "LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:25429/postgres"
         ),
     )
     parser.add_argument("--database", default="lonnymq_spark_bench")

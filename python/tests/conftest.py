@@ -18,7 +18,7 @@ from psycopg import conninfo, sql
 
 from lonnymq import AsyncQueue, Queue, Worker
 
-ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
+ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:25429/postgres")
 TEST_DATABASE = "lonnymq_pytest"
 
 

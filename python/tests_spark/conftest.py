@@ -21,7 +21,7 @@ from psycopg import conninfo, sql
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:54329/postgres")
+ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:25429/postgres")
 DATABASE = os.environ.get("LONNYMQ_SPARK_TEST_DB", "lonnymq_spark_test")
 
 
