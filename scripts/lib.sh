@@ -45,8 +45,8 @@ extension_dir() {
 # pg_cron is preloaded and tested only where it is installed (Debian's 15).
 have_pg_cron() { [ -f "$(extension_dir)/pg_cron.control" ]; }
 
-# The local cluster: data inside the checkout, on an uncommon port below Linux's ephemeral
-# range (32768-60999), so no client connection can be holding it (scripts/cluster).
+# The local cluster: data inside the checkout, on an uncommon port below Linux's default
+# ephemeral range (32768-60999), where no kernel-chosen client port lands (scripts/cluster).
 if [ "$LONNYMQ_PG" = 15 ]; then
     export LONNYMQ_PGDATA=${LONNYMQ_PGDATA:-$LONNYMQ_ROOT/.pgdata}
 else
