@@ -95,11 +95,16 @@ def test_filter_messages_and_show_content(
     form.find_element(By.CSS_SELECTOR, f'select[name="queue"] option[value="{queue_name}"]').click()
     form.find_element(By.NAME, "channel").send_keys("acme")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    rows = wait(
-        browser,
-        lambda b: b.find_elements(By.CSS_SELECTOR, "#messages tr[data-id]"),
-        "the filtered messages",
-    )
+
+    # The form is a GET: rows read before the filtered page has replaced the unfiltered one
+    # are the old page's (that failed a run: 4 rows). Look only once the new page is loaded.
+    def filtered_rows(b: webdriver.Chrome) -> Any:
+        loaded = b.execute_script("return document.readyState") == "complete"
+        if "channel=acme" not in b.current_url or not loaded:
+            return False
+        return b.find_elements(By.CSS_SELECTOR, "#messages tr[data-id]")
+
+    rows = wait(browser, filtered_rows, "the filtered messages")
     assert len(rows) == 1
     rows[0].find_element(By.TAG_NAME, "a").click()
     assert "world" not in browser.page_source  # hidden until asked for
