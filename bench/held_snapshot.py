@@ -1,11 +1,14 @@
-"""Workload 7 (opt-in, ~10 minutes): sustained load while a snapshot is held.
+"""Workload 7 (opt-in, ~10 minutes per system): sustained load while a snapshot is held.
 
 Producers and consumers each run at half of workload 1's measured capacity
 (pgbench -R) for the whole run; an idle-in-transaction session holds the xmin
 horizon (REPEATABLE READ with an xid) for the middle half. Every 10 s the
-monitor records completions (pg_stat_user_tables.n_tup_del on lonnymq.message),
-backlog, dead tuples and table/index sizes. Goal: the held phase keeps >= 50%
-of the clean phase's throughput and it recovers afterwards.
+monitor records completions (pg_stat_user_tables.n_tup_del on the system's
+message table), backlog, dead tuples and table/index sizes. Goal: the held
+phase keeps >= 50% of the clean phase's throughput and it recovers afterwards.
+`run_all` runs lonnymq, then the floor and the loaded peers the same way, one
+after the other in the same run: each at half of its own capacity, each
+against its own clean phase.
 """
 
 from __future__ import annotations
@@ -16,20 +19,26 @@ import time
 from typing import Any
 
 from common import PAYLOAD, connect, log, median, pgbench, pgbench_result, settle_server
-from throughput import CONSUMERS, PRODUCERS, run_once, seed
+from throughput import BY_NAME, CONSUMERS, PRODUCERS, run_once, seed
 
-# The tables watched per system (schema, names); completions are deletes from "message".
-TABLES = {"lonnymq": ("message", "channel", "channel_hint"), "floor": ("message",)}
+# The tables watched: each system's own (schema.table, the first holding its live
+# messages, whose deletes are the completions), and lonnymq's hints.
+WATCHED = {"lonnymq": ("lonnymq.message", "lonnymq.channel", "lonnymq.channel_hint")}
+
+
+def _watched(system: str) -> tuple[str, ...]:
+    return WATCHED.get(system, BY_NAME[system].tables)
 
 
 def _sample(conn: Any, system: str) -> dict[str, Any]:
     row: dict[str, Any] = {"t": time.monotonic()}
-    for table in TABLES[system]:
+    for qualified in _watched(system):
+        schema, table = qualified.split(".")
         stats = conn.execute(
             "SELECT n_tup_del, n_dead_tup, n_live_tup, "
             "pg_relation_size(relid), pg_indexes_size(relid) "
             "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
-            (system, table),
+            (schema, table),
         ).fetchone()
         row[table] = {
             "deleted": stats[0],
@@ -38,7 +47,7 @@ def _sample(conn: Any, system: str) -> dict[str, Any]:
             "heap_bytes": stats[3],
             "index_bytes": stats[4],
         }
-    row["backlog"] = conn.execute(f"SELECT count(*) FROM {system}.message").fetchone()[0]
+    row["backlog"] = conn.execute(f"SELECT count(*) FROM {_watched(system)[0]}").fetchone()[0]
     row["xmin_age"] = conn.execute(
         "SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL"
     ).fetchone()[0]
@@ -58,8 +67,7 @@ def _hold(start_after: float, hold_for: float, stop: threading.Event) -> None:
 
 
 def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq") -> dict[str, Any]:
-    """``system`` "floor" runs the bare SKIP LOCKED queue the same way (50% of its own capacity),
-    to show how much of the fall under a held snapshot any PostgreSQL queue table shares."""
+    """Workload 7 on one system (any of throughput.SYSTEMS that runs workload 1)."""
     seconds = minutes * 60
     log(f"w7 {system}: measuring workload-1 capacity (3 x 10 s)")
     capacity = median(
@@ -76,7 +84,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     defines = {"nchannels": 100, "payload": PAYLOAD, "batch": 1}
     with connect() as conn:
         seed(conn, system, 100)
-        settle_server(conn, [f"{system}.{t}" for t in TABLES[system]])
+        settle_server(conn, list(_watched(system)))
         stop = threading.Event()
         holder = threading.Thread(target=_hold, args=(seconds / 4, seconds / 2, stop))
         producers = pgbench(
@@ -107,18 +115,20 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         holder.join()
         samples.append(_sample(conn, system))
         produced, consumed = pgbench_result(producers), pgbench_result(consumers)
+    tables = [q.split(".")[1] for q in _watched(system)]
+    live = tables[0]
     series = []
     for a, b in itertools.pairwise(samples):
         dt = b["t"] - a["t"]
         series.append(
             {
                 "t": round(b["t"] - t0, 1),
-                "completed_per_s": (b["message"]["deleted"] - a["message"]["deleted"]) / dt,
+                "completed_per_s": (b[live]["deleted"] - a[live]["deleted"]) / dt,
                 "backlog": b["backlog"],
                 "xmin_age": b["xmin_age"],
                 **{
                     f"{tab}_{k}": b[tab][k]
-                    for tab in TABLES[system]
+                    for tab in tables
                     for k in ("dead", "heap_bytes", "index_bytes")
                 },
             }
@@ -150,3 +160,12 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         f"after {after:.0f} ({result['after_ratio']:.2f}x)"
     )
     return result
+
+
+def run_all(minutes: float, systems: list[str]) -> dict[str, dict[str, Any]]:
+    """Workload 7 on each of `systems`, in that order: {system: result}. lonnymq has the goal;
+    the floor and the peers show how much of the fall any PostgreSQL queue table shares."""
+    unknown = [s for s in systems if s not in BY_NAME or "w1_lifecycle" not in BY_NAME[s].workloads]
+    if unknown:
+        raise ValueError(f"held-snapshot: unknown systems {unknown}; known: {sorted(BY_NAME)}")
+    return {system: run(minutes, system=system) for system in systems}

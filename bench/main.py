@@ -30,7 +30,7 @@ def main() -> None:
         default="throughput,latency,fairness,worker,burst",
         help="comma list of: throughput (it counts the statements too), statements (the "
         "statements per message alone, ~15 s), latency, fairness, worker, burst, held-snapshot, "
-        "held-snapshot-floor (the floor under the same test, for comparison)",
+        "(held-snapshot: workload 7 on lonnymq, then on the floor and the loaded peers)",
     )
     parser.add_argument(
         "--workloads", default=",".join(throughput.WORKLOADS), help="throughput workloads to run"
@@ -39,12 +39,20 @@ def main() -> None:
     parser.add_argument(
         "--seconds", type=float, help="seconds per throughput run (default 10, quick 4)"
     )
-    parser.add_argument("--minutes", type=float, default=10.0, help="held-snapshot run length")
+    parser.add_argument(
+        "--minutes", type=float, default=10.0, help="held-snapshot run length, per system"
+    )
+    parser.add_argument(
+        "--held-systems",
+        default="lonnymq,floor,peers",
+        help="the systems held-snapshot runs, in order (peers: those loaded; default "
+        "lonnymq,floor,peers)",
+    )
     parser.add_argument("--name", help="results file stem (default: full, quick or held-snapshot)")
     args = parser.parse_args()
 
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
-    solo = {("held-snapshot",): "held-snapshot", ("held-snapshot-floor",): "held-snapshot-floor"}
+    solo = {("held-snapshot",): "held-snapshot"}
     mode = args.name or solo.get(tuple(parts)) or ("quick" if args.quick else "full")
     rounds = args.rounds or (2 if args.quick else 3)
     seconds = args.seconds or (3 if args.quick else 10)
@@ -95,9 +103,14 @@ def main() -> None:
             seconds=3 if args.quick else 10,
         )
     if "held-snapshot" in parts:
-        results["held_snapshot"] = held_snapshot.run(args.minutes)
-    if "held-snapshot-floor" in parts:
-        results["held_snapshot_floor"] = held_snapshot.run(args.minutes, system="floor")
+        held = [s.strip() for s in args.held_systems.split(",") if s.strip()]
+        if "peers" in held:
+            i = held.index("peers")
+            held[i : i + 1] = results["install"]["peers"]
+        w7 = held_snapshot.run_all(args.minutes, held)
+        if "lonnymq" in w7:
+            results["held_snapshot"] = w7.pop("lonnymq")
+        results["held_snapshot_others"] = w7
     results["elapsed_s"] = round(time.time() - started)
     results["load_at_end"] = list(__import__("os").getloadavg())
     path = common.write_json(f"{mode}.json", results)

@@ -176,10 +176,9 @@ def fairness(results: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
-def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot") -> None:
-    w7 = results[key]
+def held_snapshot(w7: dict[str, Any], path: Path) -> None:
     s = w7["series"]
-    tables = [t for t in ("message", "channel", "channel_hint") if f"{t}_dead" in s[0]]
+    tables = [k.removesuffix("_dead") for k in s[0] if k.endswith("_dead")]
     t = [p["t"] for p in s]
     minutes = w7["minutes"] * 60
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
@@ -204,6 +203,30 @@ def held_snapshot(results: dict[str, Any], path: Path, key: str = "held_snapshot
         f"Workload 7 ({w7.get('system', 'lonnymq')}): 50% load, "
         "snapshot held in the shaded interval"
     )
+    _save(fig, path)
+
+
+def held_snapshot_compared(results: dict[str, Any], path: Path) -> None:
+    """Workload 7 of every system on one chart: completions over each one's own clean rate."""
+    runs = dict(results["held_snapshot_others"])
+    if "held_snapshot" in results:
+        runs = {"lonnymq": results["held_snapshot"], **runs}
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for system, w7 in runs.items():
+        t = [p["t"] for p in w7["series"]]
+        ax.plot(
+            t,
+            [p["completed_per_s"] / w7["clean_msg_s"] for p in w7["series"]],
+            label=f"{system} (clean {w7['clean_msg_s']:.0f} msg/s, held {w7['held_ratio']:.2f}x)",
+        )
+        minutes = w7["minutes"] * 60
+    ax.axvspan(minutes / 4, 3 * minutes / 4, color="orange", alpha=0.15)
+    ax.axhline(0.5, color="grey", ls="--", lw=1, label="lonnymq's goal while held")
+    ax.set_ylabel("completed / s, over its clean phase")
+    ax.set_xlabel("seconds")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("Workload 7: each system at 50% of its own capacity, snapshot held (shaded)")
     _save(fig, path)
 
 
@@ -290,15 +313,15 @@ def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]
         ("fairness", fairness, "fairness"),
         ("worker", worker, "worker"),
         ("burst", burst, "burst"),
-        ("held_snapshot", held_snapshot, "held-snapshot"),
-        (
-            "held_snapshot_floor",
-            lambda r, p: held_snapshot(r, p, "held_snapshot_floor"),
-            "held-snapshot",
-        ),
+        ("held_snapshot", lambda r, p: held_snapshot(r["held_snapshot"], p), "held-snapshot"),
+        ("held_snapshot_others", held_snapshot_compared, "held-snapshot-compared"),
     ):
         if key in results:
             path = directory / f"{mode}-{name}.png"
             fn(results, path)
             made.append(path)
+    for system, other in results.get("held_snapshot_others", {}).items():
+        path = directory / f"{mode}-held-snapshot-{system}.png"
+        held_snapshot(other, path)
+        made.append(path)
     return made
