@@ -157,7 +157,11 @@ COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable ev
 -- NOTIFY is one it sees. Either try failing means "maybe someone waits":
 -- notify. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
 -- waits for the commit, not for a snapshot). lonnymq.notify = off: never.
-CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) RETURNS void
+-- Returns whether it notified (whether someone may wait). It returns a value
+-- so that a caller can evaluate it as an expression (`x := ...`), which
+-- PL/pgSQL runs without starting an executor, where PERFORM runs a query:
+-- message_create, the hot path, does.
+CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -171,11 +175,13 @@ BEGIN
              THEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_key)
              ELSE true END) THEN
         PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
+        RETURN true;
     END IF;
+    RETURN false;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._notify_waiters(text, text)
-    IS 'NOTIFY lonnymq about a queue only while a consumer waits on it (wait_begin).';
+    IS 'NOTIFY lonnymq about a queue only while a consumer waits on it (wait_begin); whether it did.';
 
 -- Looks a queue up by name; with p_create, creates it on first use.
 CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer

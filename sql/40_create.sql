@@ -154,6 +154,7 @@ DECLARE
     v_max_size bigint;
     v_lock_key integer;
     v_head_held boolean;
+    v_notified boolean;
 BEGIN
     -- One expression decides that the arguments are valid; only when they are
     -- not do the validators run, to raise the precise error (22023).
@@ -222,7 +223,8 @@ BEGIN
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
-            PERFORM lonnymq._notify_waiters(message_create.queue, 'created');
+            -- (An expression, not PERFORM: no executor started, see _notify_waiters.)
+            v_notified := lonnymq._notify_waiters(message_create.queue, 'created');
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.

@@ -29,10 +29,21 @@ $$;
 COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a delivery reference, locks its message, checks the fencing token.';
 
 -- Completes a delivered message. Status: completed, not_found, state_invalid.
--- The common case is three statements: lock the message, pin its channel
--- (_pin_channel, which returns its policy), delete the message, unless its
--- channel keeps counters or archives completed messages: those channels take
--- _settle_locked.
+-- The common case is one statement: at READ COMMITTED, a channel-less
+-- message, or one whose channel neither counts slots nor archives completed
+-- messages, is deleted if the delivery is current. In the order of every
+-- settle: the message row locked first (the sub-select FOR UPDATE, evaluated
+-- before the scan), then the channel pinned (FOR KEY SHARE, as _pin_channel
+-- pins at READ COMMITTED: a channel_set in flight is waited for and the
+-- policy it commits is read, so an accounted or archiving channel's message
+-- is never deleted here), then the delete. Pinning before locking the
+-- message would close a cycle with a transaction that holds the message
+-- (a redelivery) and then calls channel_set. Everything else, and a
+-- delivery that is not current, deletes nothing there and takes the steps
+-- after it: the message read under its lock (which tells not_found from
+-- state_invalid), its channel pinned (_pin_channel, which returns its
+-- policy), then the delete, or _settle_locked for channels that keep
+-- counters or archive completed messages.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete(id bigint, num_attempts bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 -- Rows by key only, whatever the tables' size when a plan is made (design.md,
@@ -49,6 +60,20 @@ BEGIN
     IF message_complete.id IS NULL OR message_complete.num_attempts IS NULL
        OR message_complete.num_attempts < 1 THEN
         PERFORM lonnymq._lock_delivery(message_complete.id, message_complete.num_attempts);  -- raises 22023
+    END IF;
+    IF lonnymq._read_committed() THEN
+        DELETE FROM lonnymq.message m
+        WHERE m.id = (SELECT l.id FROM lonnymq.message l WHERE l.id = message_complete.id FOR UPDATE)
+          AND m.locked_until_ms IS NOT NULL
+          AND m.num_attempts = message_complete.num_attempts
+          AND (m.channel_id IS NULL
+               OR EXISTS (SELECT 1 FROM lonnymq.channel c
+                          WHERE c.id = m.channel_id AND NOT c.retain_completed
+                            AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                          FOR KEY SHARE));
+        IF FOUND THEN
+            RETURN 'completed';
+        END IF;
     END IF;
     SELECT m.locked_until_ms, m.num_attempts, m.channel_id
     INTO v_locked_until_ms, v_attempts, v_channel_id

@@ -13,7 +13,7 @@
 #
 # Writes bench/results/pair-NAME.csv: round, database, created, completed, messages per
 # second (the lesser of the two, as bench/run counts a lifecycle), the mean top-level
-# dequeue in ms (pg_stat_statements).
+# dequeue, complete and create in ms (pg_stat_statements).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../scripts/lib.sh"
@@ -65,7 +65,7 @@ live() {
     "${psql[@]}" -d "$1" -c "SELECT count(*) FROM $table"
 }
 
-echo "round,database,created,completed,messages_per_s,dequeue_mean_ms" > "$out"
+echo "round,database,created,completed,messages_per_s,dequeue_mean_ms,complete_mean_ms,create_mean_ms" > "$out"
 for round in $(seq "$rounds"); do
     for db in lp_a lp_b lp_original; do
         system=lonnymq
@@ -83,9 +83,12 @@ for round in $(seq "$rounds"); do
         rm -f "$produced"
         completed=$((before + created - after))
         lifecycle=$(( (created < completed ? created : completed) / 10 ))
-        mean=$("${psql[@]}" -d "$db" -c "SELECT round(mean_exec_time::numeric, 3) FROM pg_stat_statements
-            WHERE query LIKE '%message_dequeue(%' AND toplevel ORDER BY calls DESC LIMIT 1")
-        echo "$round,$db,$created,$completed,$lifecycle,$mean" | tee -a "$out"
+        means=
+        for call in message_dequeue message_complete message_create; do
+            means+=,$("${psql[@]}" -d "$db" -c "SELECT round(mean_exec_time::numeric, 3) FROM pg_stat_statements
+                WHERE query LIKE '%$call(%' AND toplevel ORDER BY calls DESC LIMIT 1")
+        done
+        echo "$round,$db,$created,$completed,$lifecycle$means" | tee -a "$out"
     done
 done
 echo "wrote $out"

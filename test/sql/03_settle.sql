@@ -171,6 +171,31 @@ SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'mixed' ORDER BY
 SELECT channel, convert_from(content, 'UTF8') AS content, outcome FROM lonnymq.message_archive
 WHERE queue = 'mixed' ORDER BY channel;
 
+-- message_complete, every kind of message: a channel-less one and one of a
+-- channel without limits are deleted in one statement (at READ COMMITTED);
+-- an accounted channel's gives its slot back and an archiving channel's is
+-- kept, which that statement must leave to the steps after it; a stale
+-- attempt of a plain channel changes nothing. At REPEATABLE READ every
+-- complete takes the steps (the one statement's pin is READ COMMITTED's).
+SELECT max_concurrency FROM lonnymq.channel_set('single', 'capped', max_concurrency => 5);
+SELECT retain_completed FROM lonnymq.channel_set('single', 'kept', retain_completed => true);
+SELECT count(*) FROM lonnymq.message_create_batch('single', ARRAY['capped', 'kept', 'plain', NULL, 'plain'],
+                                                  ARRAY['c', 'k', 'p', 'n', 'r']::bytea[]);
+CREATE TEMP TABLE single AS SELECT * FROM lonnymq.message_dequeue('single', 60000, 5);
+SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'single' ORDER BY channel;
+SELECT lonnymq.message_complete(id, num_attempts + 1) AS stale FROM single WHERE content = 'p';
+SELECT count(*) AS still_locked FROM lonnymq.messages WHERE queue = 'single' AND locked_until IS NOT NULL;
+SELECT convert_from(content, 'UTF8') AS content, lonnymq.message_complete(id, num_attempts)
+FROM single WHERE content <> 'r' ORDER BY content;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT lonnymq.message_complete(id, num_attempts) AS repeatable_read FROM single WHERE content = 'r';
+COMMIT;
+SELECT count(*) AS still_live FROM lonnymq.messages WHERE queue = 'single';
+SELECT channel, locked FROM lonnymq.channel_stats WHERE queue = 'single' ORDER BY channel;
+SELECT channel, convert_from(content, 'UTF8') AS content, outcome FROM lonnymq.message_archive
+WHERE queue = 'single' ORDER BY channel;
+SELECT count(*) AS broken FROM lonnymq.verify();
+
 -- Invalid arguments: 22023 and nothing changed.
 SELECT pg_temp.state() AS before \gset
 SELECT pg_temp.try($$SELECT lonnymq.message_complete(NULL, 1)$$);

@@ -78,3 +78,6 @@ RESET check_function_bodies;
 -- From 1.6.
 \set from '1.6'
 \i test/upgrade_route.psql
+-- From 1.7.
+\set from '1.7'
+\i test/upgrade_route.psql
