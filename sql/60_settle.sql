@@ -33,7 +33,7 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 -- message, or one whose channel neither counts slots nor archives completed
 -- messages, is deleted if the delivery is current. In the order of every
 -- settle: the message row locked first (the sub-select FOR UPDATE, evaluated
--- before the scan), then the channel pinned (FOR KEY SHARE, as _pin_channel
+-- before the scan, which fetches that row by its ctid), then the channel pinned (FOR KEY SHARE, as _pin_channel
 -- pins at READ COMMITTED: a channel_set in flight is waited for and the
 -- policy it commits is read, so an accounted or archiving channel's message
 -- is never deleted here), then the delete. Pinning before locking the
@@ -63,7 +63,10 @@ BEGIN
     END IF;
     IF lonnymq._read_committed() THEN
         DELETE FROM lonnymq.message m
-        WHERE m.id = (SELECT l.id FROM lonnymq.message l WHERE l.id = message_complete.id FOR UPDATE)
+        -- (By the locked row's ctid, a TID scan: by id, a generic plan
+        -- walked the whole of message_locked_idx, whose predicate the
+        -- checks below imply and whose key does not start with id.)
+        WHERE m.ctid = (SELECT l.ctid FROM lonnymq.message l WHERE l.id = message_complete.id FOR UPDATE)
           AND m.locked_until_ms IS NOT NULL
           AND m.num_attempts = message_complete.num_attempts
           AND (m.channel_id IS NULL
