@@ -110,7 +110,8 @@ def main() -> None:
         w7 = held_snapshot.run_all(args.minutes, held)
         if "lonnymq" in w7:
             results["held_snapshot"] = w7.pop("lonnymq")
-        results["held_snapshot_others"] = w7
+        if w7:  # the floor or peers ran: the comparison
+            results["held_snapshot_others"] = w7
     results["elapsed_s"] = round(time.time() - started)
     results["load_at_end"] = list(__import__("os").getloadavg())
     path = common.write_json(f"{mode}.json", results)

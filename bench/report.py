@@ -242,9 +242,9 @@ def _w9_rows(w9: dict[str, Any]) -> list[dict[str, Any]]:
 
 # Issue 10: "about 10 statements per message lifecycle in the common case"
 # (workload 1); the other workloads' counts are shown for context. "About":
-# met when the count rounds to 10 or less (the count per message also carries
-# work done once per session or per run, such as the first dequeue's heap
-# warming, spread over the messages of the count).
+# met when the count rounds to 10.0 at one decimal (the count per message also
+# carries work done once per session, such as the first dequeue's heap
+# warming: 8 statements over the 300 messages counted, bench/README.md).
 STATEMENTS_GOAL = 10.0
 
 
@@ -271,7 +271,7 @@ def _statement_rows(counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 f"(one client, {ours['messages']} messages)",
                 "measured": measured,
                 "goal": f"about {STATEMENTS_GOAL:.0f}" if common else "(context)",
-                "met": round(ours["per_message"]) <= STATEMENTS_GOAL if common else None,
+                "met": round(ours["per_message"], 1) <= STATEMENTS_GOAL if common else None,
                 "by": f"{ours['per_message'] / STATEMENTS_GOAL:.2f}x the goal" if common else "",
             }
         )
