@@ -716,6 +716,21 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
+-- Whether completing a message of a channel with this policy must go through
+-- _settle_locked: its slot is counted (accounted) or a completed copy is
+-- archived (retain_completed). Otherwise a complete only deletes the message.
+-- One rule for message_complete (its one statement and its steps) and
+-- message_complete_batch; a plain SQL expression, inlined where it is used.
+CREATE OR REPLACE FUNCTION lonnymq._complete_needs_settle(p_retain_completed boolean, p_max_concurrency integer,
+                                                          p_release_interval_ms bigint, p_max_size bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_retain_completed OR lonnymq._accounted(p_max_concurrency, p_release_interval_ms, p_max_size)
+$$;
+COMMENT ON FUNCTION lonnymq._complete_needs_settle(boolean, integer, bigint, bigint)
+    IS 'Whether a complete of this channel''s message counts a slot or archives a copy.';
+
 -- Whether this transaction reads with a snapshot per statement (READ
 -- COMMITTED). Only then does a statement run after a lock see every change
 -- committed before it, which the channel locks rely on. At REPEATABLE READ and
@@ -2744,10 +2759,11 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 -- message, or one whose channel neither counts slots nor archives completed
 -- messages, is deleted if the delivery is current. In the order of every
 -- settle: the message row locked first (the sub-select FOR UPDATE, evaluated
--- before the scan, which fetches that row by its ctid), then the channel pinned (FOR KEY SHARE, as _pin_channel
--- pins at READ COMMITTED: a channel_set in flight is waited for and the
--- policy it commits is read, so an accounted or archiving channel's message
--- is never deleted here), then the delete. Pinning before locking the
+-- before the scan, which fetches that row by its ctid), then the channel
+-- pinned (FOR KEY SHARE, as _pin_channel pins at READ COMMITTED: a
+-- channel_set in flight is waited for and the policy it commits is read, so
+-- an accounted or archiving channel's message is never deleted here), then
+-- the delete. Pinning before locking the
 -- message would close a cycle with a transaction that holds the message
 -- (a redelivery) and then calls channel_set. Everything else, and a
 -- delivery that is not current, deletes nothing there and takes the steps
@@ -2782,8 +2798,9 @@ BEGIN
           AND m.num_attempts = message_complete.num_attempts
           AND (m.channel_id IS NULL
                OR EXISTS (SELECT 1 FROM lonnymq.channel c
-                          WHERE c.id = m.channel_id AND NOT c.retain_completed
-                            AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                          WHERE c.id = m.channel_id
+                            AND NOT lonnymq._complete_needs_settle(c.retain_completed, c.max_concurrency,
+                                                                   c.release_interval_ms, c.max_size)
                           FOR KEY SHARE));
         IF FOUND THEN
             RETURN 'completed';
@@ -2804,9 +2821,8 @@ BEGIN
         -- channel_set that committed meanwhile is seen.
         v_channel := lonnymq._pin_channel(v_channel_id);
     END IF;
-    IF coalesce(v_channel.retain_completed
-                OR lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                      v_channel.max_size), false) THEN
+    IF coalesce(lonnymq._complete_needs_settle(v_channel.retain_completed, v_channel.max_concurrency,
+                                               v_channel.release_interval_ms, v_channel.max_size), false) THEN
         SELECT m.* INTO v_message FROM lonnymq.message m WHERE m.id = message_complete.id;
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
     ELSE
@@ -2915,8 +2931,8 @@ BEGIN
         CROSS JOIN LATERAL (SELECT c.retain_completed, c.max_concurrency, c.release_interval_ms, c.max_size
                             FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) c
         WHERE m.id = ANY (v_done)
-          AND (c.retain_completed
-               OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
+          AND lonnymq._complete_needs_settle(c.retain_completed, c.max_concurrency, c.release_interval_ms,
+                                             c.max_size)
         ORDER BY m.id
     LOOP
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);

@@ -413,6 +413,21 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._accounted(integer, bigint, bigint) IS 'Whether a channel policy needs exact accounting.';
 
+-- Whether completing a message of a channel with this policy must go through
+-- _settle_locked: its slot is counted (accounted) or a completed copy is
+-- archived (retain_completed). Otherwise a complete only deletes the message.
+-- One rule for message_complete (its one statement and its steps) and
+-- message_complete_batch; a plain SQL expression, inlined where it is used.
+CREATE OR REPLACE FUNCTION lonnymq._complete_needs_settle(p_retain_completed boolean, p_max_concurrency integer,
+                                                          p_release_interval_ms bigint, p_max_size bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_retain_completed OR lonnymq._accounted(p_max_concurrency, p_release_interval_ms, p_max_size)
+$$;
+COMMENT ON FUNCTION lonnymq._complete_needs_settle(boolean, integer, bigint, bigint)
+    IS 'Whether a complete of this channel''s message counts a slot or archives a copy.';
+
 -- Whether this transaction reads with a snapshot per statement (READ
 -- COMMITTED). Only then does a statement run after a lock see every change
 -- committed before it, which the channel locks rely on. At REPEATABLE READ and

@@ -33,10 +33,11 @@ COMMENT ON FUNCTION lonnymq._lock_delivery(bigint, bigint) IS 'Validates a deliv
 -- message, or one whose channel neither counts slots nor archives completed
 -- messages, is deleted if the delivery is current. In the order of every
 -- settle: the message row locked first (the sub-select FOR UPDATE, evaluated
--- before the scan, which fetches that row by its ctid), then the channel pinned (FOR KEY SHARE, as _pin_channel
--- pins at READ COMMITTED: a channel_set in flight is waited for and the
--- policy it commits is read, so an accounted or archiving channel's message
--- is never deleted here), then the delete. Pinning before locking the
+-- before the scan, which fetches that row by its ctid), then the channel
+-- pinned (FOR KEY SHARE, as _pin_channel pins at READ COMMITTED: a
+-- channel_set in flight is waited for and the policy it commits is read, so
+-- an accounted or archiving channel's message is never deleted here), then
+-- the delete. Pinning before locking the
 -- message would close a cycle with a transaction that holds the message
 -- (a redelivery) and then calls channel_set. Everything else, and a
 -- delivery that is not current, deletes nothing there and takes the steps
@@ -71,8 +72,9 @@ BEGIN
           AND m.num_attempts = message_complete.num_attempts
           AND (m.channel_id IS NULL
                OR EXISTS (SELECT 1 FROM lonnymq.channel c
-                          WHERE c.id = m.channel_id AND NOT c.retain_completed
-                            AND NOT lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
+                          WHERE c.id = m.channel_id
+                            AND NOT lonnymq._complete_needs_settle(c.retain_completed, c.max_concurrency,
+                                                                   c.release_interval_ms, c.max_size)
                           FOR KEY SHARE));
         IF FOUND THEN
             RETURN 'completed';
@@ -93,9 +95,8 @@ BEGIN
         -- channel_set that committed meanwhile is seen.
         v_channel := lonnymq._pin_channel(v_channel_id);
     END IF;
-    IF coalesce(v_channel.retain_completed
-                OR lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                      v_channel.max_size), false) THEN
+    IF coalesce(lonnymq._complete_needs_settle(v_channel.retain_completed, v_channel.max_concurrency,
+                                               v_channel.release_interval_ms, v_channel.max_size), false) THEN
         SELECT m.* INTO v_message FROM lonnymq.message m WHERE m.id = message_complete.id;
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
     ELSE
@@ -204,8 +205,8 @@ BEGIN
         CROSS JOIN LATERAL (SELECT c.retain_completed, c.max_concurrency, c.release_interval_ms, c.max_size
                             FROM lonnymq.channel c WHERE c.id = m.channel_id LIMIT 1) c
         WHERE m.id = ANY (v_done)
-          AND (c.retain_completed
-               OR lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size))
+          AND lonnymq._complete_needs_settle(c.retain_completed, c.max_concurrency, c.release_interval_ms,
+                                             c.max_size)
         ORDER BY m.id
     LOOP
         PERFORM lonnymq._settle_locked(v_message, 'completed', NULL);
