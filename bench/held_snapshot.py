@@ -18,16 +18,14 @@ import threading
 import time
 from typing import Any
 
-from common import PAYLOAD, connect, log, median, pgbench, pgbench_result, settle_server
+from common import PAYLOAD, connect, log, median, pgbench, pgbench_result
 from throughput import BY_NAME, CONSUMERS, PRODUCERS, run_once, seed
-
-# The tables watched: each system's own (schema.table, the first holding its live
-# messages, whose deletes are the completions), and lonnymq's hints.
-WATCHED = {"lonnymq": ("lonnymq.message", "lonnymq.channel", "lonnymq.channel_hint")}
 
 
 def _watched(system: str) -> tuple[str, ...]:
-    return WATCHED.get(system, BY_NAME[system].tables)
+    """The system's tables (schema.table), as throughput.SYSTEMS lists them: the first holds
+    its live messages, whose deletes are the completions."""
+    return BY_NAME[system].tables
 
 
 def _sample(conn: Any, system: str) -> dict[str, Any]:
@@ -83,8 +81,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     )
     defines = {"nchannels": 100, "payload": PAYLOAD, "batch": 1}
     with connect() as conn:
-        seed(conn, system, 100)
-        settle_server(conn, list(_watched(system)))
+        seed(conn, system, 100)  # (which vacuums the system's tables)
         stop = threading.Event()
         holder = threading.Thread(target=_hold, args=(seconds / 4, seconds / 2, stop))
         producers = pgbench(
