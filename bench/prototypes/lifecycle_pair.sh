@@ -10,6 +10,8 @@
 #
 # PAIR_CHANNELS=N (1-1000, default 100) spreads the messages over N channels instead: 1 is
 # workload 2's one hot channel. PAIR_SYNC=on runs it with synchronous_commit on (default off).
+# PAIR_BATCH=N (2-1000) runs workload 4's shape instead, batches of N (the batch scripts, and
+# the original LonnyMQ left out: it has no batch calls); the seed is then 20 batches.
 #
 # Writes bench/results/pair-NAME.csv: round, database, created, completed, messages per
 # second (the lesser of the two, as bench/run counts a lifecycle), the mean top-level
@@ -22,6 +24,15 @@ rounds=${2:-5}
 name=${3:-lifecycle-pair}
 channels=${PAIR_CHANNELS:-100}
 sync=${PAIR_SYNC:-off}
+batch=${PAIR_BATCH:-1}
+[[ $batch =~ ^[0-9]+$ ]] && [ "$batch" -ge 1 ] && [ "$batch" -le 1000 ] \
+    || { echo "PAIR_BATCH must be 1-1000" >&2; exit 2; }
+databases=(lp_a lp_b lp_original)
+kind= calls=(message_dequeue message_complete message_create) seeded=2000
+if [ "$batch" -gt 1 ]; then
+    databases=(lp_a lp_b)
+    kind=_batch calls=(message_dequeue message_complete_batch message_create_batch) seeded=$((20 * batch))
+fi
 [[ $sync =~ ^(on|off)$ ]] || { echo "PAIR_SYNC must be on or off" >&2; exit 2; }
 [[ $channels =~ ^[0-9]+$ ]] && [ "$channels" -ge 1 ] && [ "$channels" -le 1000 ] \
     || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
@@ -29,7 +40,7 @@ peers=${LONNYMQ_PEERS_DIR:-$here/../../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../../$peers
 psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)
 pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -n -M prepared -j 1 -T 10
-         -D nchannels=$channels -D payload='\x00')
+         -D nchannels=$channels -D payload='\x00' -D batch=$batch)
 scripts=$here/../pgbench
 out=$here/../results/pair-$name.csv
 
@@ -48,7 +59,7 @@ seed() {
     if [ "$1" = lp_original ]; then
         "${psql[@]}" -d "$1" -c "TRUNCATE lonny_up.message, lonny_up.channel" \
             -c "SELECT count(lonny_up.channel_set('c' || c, 2147483647, 2147483647, 0)) FROM generate_series(1, $channels) c" \
-            -c "SELECT count(*) FROM generate_series(1, 2000) i, LATERAL lonny_up.message_create('c' || (i % $channels + 1), '\x00'::bytea, NULL) x" \
+            -c "SELECT count(*) FROM generate_series(1, $seeded) i, LATERAL lonny_up.message_create('c' || (i % $channels + 1), '\x00'::bytea, NULL) x" \
             -c "VACUUM ANALYZE lonny_up.message" -c "VACUUM ANALYZE lonny_up.channel" >/dev/null
     else
         "${psql[@]}" -d "$1" -c "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive" \
@@ -67,24 +78,24 @@ live() {
 
 echo "round,database,created,completed,messages_per_s,dequeue_mean_ms,complete_mean_ms,create_mean_ms" > "$out"
 for round in $(seq "$rounds"); do
-    for db in lp_a lp_b lp_original; do
+    for db in "${databases[@]}"; do
         system=lonnymq
         [ "$db" = lp_original ] && system=lonnymq_original
         seed "$db"
         before=$(live "$db")
         produced=$(mktemp)
-        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}_create.sql" "$db" \
+        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}${kind}_create.sql" "$db" \
             > "$produced" 2>&1 &
-        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}_consume.sql" "$db" \
+        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}${kind}_consume.sql" "$db" \
             > /dev/null 2>&1
         wait
         after=$(live "$db")
-        created=$(grep -oP 'actually processed: \K\d+' "$produced")
+        created=$(( $(grep -oP 'actually processed: \K\d+' "$produced") * batch ))
         rm -f "$produced"
         completed=$((before + created - after))
         lifecycle=$(( (created < completed ? created : completed) / 10 ))
         means=
-        for call in message_dequeue message_complete message_create; do
+        for call in "${calls[@]}"; do
             means+=,$("${psql[@]}" -d "$db" -c "SELECT round(mean_exec_time::numeric, 3) FROM pg_stat_statements
                 WHERE query LIKE '%$call(%' AND toplevel ORDER BY calls DESC LIMIT 1")
         done
