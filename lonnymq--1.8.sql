@@ -784,8 +784,12 @@ COMMENT ON FUNCTION lonnymq._warm_heap(integer)
 -- pinners go on. Row locks need UPDATE on lonnymq.channel, which only the
 -- extension's functions have: no outside role can take this lock (an advisory
 -- lock, which any role may take, could be held to freeze a channel).
--- At READ COMMITTED the row returned is the latest version (PostgreSQL
--- re-reads a row it had to wait for). At REPEATABLE READ and SERIALIZABLE the
+-- At READ COMMITTED the policy returned is the latest: channel_set locks the
+-- row FOR UPDATE before it changes it, so a pin waits for it and PostgreSQL
+-- then re-reads the row (a dequeue's turn, which changes no policy, is not
+-- waited for, and the counters it wrote may show as the statement's snapshot
+-- saw them: whoever updates the counters locks the row FOR NO KEY UPDATE
+-- first, which waits and re-reads). At REPEATABLE READ and SERIALIZABLE the
 -- snapshot's version may be stale (deleted by a sweep, changed by channel_set
 -- or a dequeue turn) and acting on it could strand a message or miscount a
 -- slot: there the lock is FOR NO KEY UPDATE, which refuses a row changed since
@@ -2834,13 +2838,14 @@ $$;
 COMMENT ON FUNCTION lonnymq.message_complete(bigint, bigint) IS 'Completes a delivery: completed, not_found, state_invalid.';
 
 -- Completes many deliveries; one (id, status) row per input element, as if
--- each were a message_complete in input order. Locks all messages, then all
--- their channels, each in id order, so concurrent batches cannot deadlock.
--- Then set-based. The common case (no channel counts slots or archives) is
--- four statements whatever the batch's size: the messages locked and judged,
--- their channels pinned, the completed ones deleted by their locked rows'
--- ctids, the statuses returned. Messages of accounted or archiving channels
--- go one by one through _settle_locked first.
+-- each were a message_complete in input order. Locks all messages, then the
+-- channels of those it completes, each in id order, so concurrent batches
+-- cannot deadlock. Then set-based. The common case (READ COMMITTED, no
+-- channel counting slots or archiving) is four statements after the checks
+-- of the arguments, whatever the batch's size: the messages locked and
+-- judged, their channels pinned, the completed ones deleted by their locked
+-- rows' ctids, the statuses returned. Messages of accounted or archiving
+-- channels go one by one through _settle_locked first.
 CREATE OR REPLACE FUNCTION lonnymq.message_complete_batch(ids bigint[], num_attempts bigint[])
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -2914,7 +2919,9 @@ BEGIN
 
     -- Then their channels, pinned (see _pin_channel) in id order: from here
     -- on no policy and no delivery of these messages can change under this
-    -- call. At READ COMMITTED the lock returns each row as it is now.
+    -- call. At READ COMMITTED the policy read is the latest: a channel_set
+    -- in flight holds the row FOR UPDATE, so the pin waits for it and then
+    -- reads the row it committed.
     IF pg_catalog.cardinality(v_channels) > 0 THEN
         SELECT coalesce(pg_catalog.bool_or(lonnymq._complete_needs_settle(c.retain_completed, c.max_concurrency,
                                                                           c.release_interval_ms, c.max_size)), false),

@@ -481,8 +481,12 @@ COMMENT ON FUNCTION lonnymq._warm_heap(integer)
 -- pinners go on. Row locks need UPDATE on lonnymq.channel, which only the
 -- extension's functions have: no outside role can take this lock (an advisory
 -- lock, which any role may take, could be held to freeze a channel).
--- At READ COMMITTED the row returned is the latest version (PostgreSQL
--- re-reads a row it had to wait for). At REPEATABLE READ and SERIALIZABLE the
+-- At READ COMMITTED the policy returned is the latest: channel_set locks the
+-- row FOR UPDATE before it changes it, so a pin waits for it and PostgreSQL
+-- then re-reads the row (a dequeue's turn, which changes no policy, is not
+-- waited for, and the counters it wrote may show as the statement's snapshot
+-- saw them: whoever updates the counters locks the row FOR NO KEY UPDATE
+-- first, which waits and re-reads). At REPEATABLE READ and SERIALIZABLE the
 -- snapshot's version may be stale (deleted by a sweep, changed by channel_set
 -- or a dequeue turn) and acting on it could strand a message or miscount a
 -- slot: there the lock is FOR NO KEY UPDATE, which refuses a row changed since

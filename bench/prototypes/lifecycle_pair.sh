@@ -10,8 +10,9 @@
 #
 # PAIR_CHANNELS=N (1-1000, default 100) spreads the messages over N channels instead: 1 is
 # workload 2's one hot channel. PAIR_SYNC=on runs it with synchronous_commit on (default off).
-# PAIR_BATCH=N (2-1000) runs workload 4's shape instead, batches of N (the batch scripts, and
-# the original LonnyMQ left out: it has no batch calls); the seed is then 20 batches.
+# PAIR_BATCH=N (1-1000; default 1, single calls): from 2 on, workload 4's shape instead,
+# batches of N (the batch scripts, and the original LonnyMQ left out: it has no batch
+# calls); the seed is then 20 batches.
 #
 # Writes bench/results/pair-NAME.csv: round, database, created, completed, messages per
 # second (the lesser of the two, as bench/run counts a lifecycle), the mean top-level
