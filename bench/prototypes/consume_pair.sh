@@ -15,6 +15,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../scripts/lib.sh"
+. "$here/pair_lib.sh"
 definitions=$1
 rounds=${2:-4}
 batch=${3:-100}
@@ -46,12 +47,7 @@ for round in $(seq "$rounds"); do
             -c "CHECKPOINT" -c "SELECT pg_stat_statements_reset()" >/dev/null
         PGOPTIONS="-c synchronous_commit=off" "${pgbench[@]}" -f "$here/../pgbench/lonnymq_batch_consume.sql" \
             "$db" >/dev/null
-        means=
-        for call in message_dequeue message_complete_batch; do
-            means+=,$("${psql[@]}" -d "$db" -c "SELECT round(mean_exec_time::numeric, 3) FROM pg_stat_statements
-                WHERE query LIKE '%$call(%' AND toplevel ORDER BY calls DESC LIMIT 1")
-        done
-        echo "$round,$db,$batch$means" | tee -a "$out"
+        echo "$round,$db,$batch$(stat_means "$db" message_dequeue message_complete_batch)" | tee -a "$out"
     done
 done
 echo "wrote $out"

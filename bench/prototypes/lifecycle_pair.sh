@@ -20,6 +20,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../scripts/lib.sh"
+. "$here/pair_lib.sh"
 definitions=$1
 rounds=${2:-5}
 name=${3:-lifecycle-pair}
@@ -95,12 +96,7 @@ for round in $(seq "$rounds"); do
         rm -f "$produced"
         completed=$((before + created - after))
         lifecycle=$(( (created < completed ? created : completed) / 10 ))
-        means=
-        for call in "${calls[@]}"; do
-            means+=,$("${psql[@]}" -d "$db" -c "SELECT round(mean_exec_time::numeric, 3) FROM pg_stat_statements
-                WHERE query LIKE '%$call(%' AND toplevel ORDER BY calls DESC LIMIT 1")
-        done
-        echo "$round,$db,$created,$completed,$lifecycle$means" | tee -a "$out"
+        echo "$round,$db,$created,$completed,$lifecycle$(stat_means "$db" "${calls[@]}")" | tee -a "$out"
     done
 done
 echo "wrote $out"
