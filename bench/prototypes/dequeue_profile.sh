@@ -28,6 +28,11 @@
 #   PROFILE_CLIENTS=N    pgbench clients per system (1-8, default 1), every one's backend
 #                        sampled: with several, the CPU per message includes what they
 #                        spend on each other (rows skipped, the held path), not their waits
+#   PROFILE_WITHIN=FRAME a second table per system: the same CPU per message, counting
+#                        only the samples under FRAME (ExecMakeTableFunctionResult: the
+#                        dequeue of every system's consumer script, which calls it in FROM),
+#                        by category (perf_split.py count)
+#   PROFILE_KEEP=DIR     keep each round's `perf script` dump as DIR/SYSTEM-ROUND.txt
 #   PROFILE_PEERS="..."  the peers to profile beside lonnymq (default: lonnymq_original pgmq
 #                        floor; empty: lonnymq alone). Leave the original out with PROFILE_CHANNELS=1: its fill
 #                        there ran over 6 minutes and was stopped (every create updates the
@@ -48,6 +53,9 @@ rounds=${PROFILE_ROUNDS:-4}
 lifecycle=${PROFILE_LIFECYCLE:-0}
 channels=${PROFILE_CHANNELS:-100}
 clients=${PROFILE_CLIENTS:-1}
+within=${PROFILE_WITHIN:-}
+keep=${PROFILE_KEEP:-}
+[ -z "$keep" ] || [ -d "$keep" ] || die "PROFILE_KEEP must be a directory"
 read -r -a peers_wanted <<< "${PROFILE_PEERS-lonnymq_original pgmq floor}"
 [[ $batch =~ ^[0-9]+$ ]] && batch=$((10#$batch)) && ((batch >= 1 && batch <= 100)) \
     || die "PROFILE_BATCH must be 1-100"
@@ -196,14 +204,18 @@ round() {  # database, system, round number: one round's samples, counted into $
     perf script -i "$work/perf.data" > "$work/stacks.txt" 2> "$work/perf.log" \
         || { cat "$work/perf.log" >&2; die "$2: perf script failed"; }
     "$py" "$here/perf_split.py" count "$work/stacks.txt" > "$work/$2-$3.json"
+    [ -z "$within" ] || "$py" "$here/perf_split.py" count "$work/stacks.txt" "$within" > "$work/$2-$3-within.json"
+    [ -z "$keep" ] || cp "$work/stacks.txt" "$keep/$2-$3.txt"
     rm -f "$work/stacks.txt" "$work/perf.data"
-    pooled[$2]+=" $work/$2-$3.json:$((after - before)):$(awk "BEGIN { print $t1 - $t0 }"):$((faults1 - faults0))"
+    local measured="$((after - before)):$(awk "BEGIN { print $t1 - $t0 }"):$((faults1 - faults0))"
+    pooled[$2]+=" $work/$2-$3.json:$measured"
+    pooled_within[$2]+=" $work/$2-$3-within.json:$measured"
 }
 
 # Every system set up first, then measured in interleaved rounds (drift on this machine
 # moves every system's numbers by tens of percent within minutes), each system's rounds
 # pooled.
-declare -A pooled
+declare -A pooled pooled_within
 systems=(lonnymq)
 [ -n "$definitions" ] && systems+=(lonnymq_b)
 ((batch == 1 && channels > 0)) && [[ $wanted = *" lonnymq_original "* ]] && systems+=(lonnymq_original)
@@ -225,13 +237,19 @@ for system in "${systems[@]}"; do
     "$py" "$here/perf_split.py" report "$system" message ${pooled[$system]} > "$work/$system.txt"
     grep -v '^{' "$work/$system.txt" >> "$work/profile.txt"
     grep '^{' "$work/$system.txt" >> "$work/profile.json"
+    [ -n "$within" ] || continue
+    # shellcheck disable=SC2086
+    "$py" "$here/perf_split.py" report "$system, within $within" message ${pooled_within[$system]} \
+        > "$work/$system.txt"
+    grep -v '^{' "$work/$system.txt" >> "$work/profile.txt"
+    grep '^{' "$work/$system.txt" >> "$work/profile.json"
 done
 # What was measured: first line of the JSON.
 printf '{"provenance": {"git": "%s", "lonnymq": "%s", "postgres": "%s", "perf": "%s", "date": "%s", %s}}\n' \
     "$(git -C "$here" describe --always --dirty)" \
     "$("${psql[@]}" -d prof_lonnymq -c "SELECT extversion FROM pg_extension WHERE extname = 'lonnymq'")" \
     "$("${psql[@]}" -d postgres -c "SHOW server_version")" "$(perf --version)" "$(date -u +%FT%TZ)" \
-    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds, \"systems\": \"${systems[*]}\"" \
+    "\"batch\": $batch, \"lifecycle\": $lifecycle, \"within\": \"$within\", \"channels\": $channels, \"clients\": $clients, \"rounds\": $rounds, \"systems\": \"${systems[*]}\"" \
     | cat - "$work/profile.json" > "$work/profile.all.json"
 mv "$work/profile.all.json" "$work/profile.json"
 cat "$work/profile.txt"

@@ -7,14 +7,24 @@ interpretation" is PL/pgSQL's own work: expressions, assignments, calls between 
 SPI's bookkeeping). Each sample weighs its period (`perf record -e cpu-clock -c N`: N ns of
 the backend's CPU).
 
-    python perf_split.py count STACKS.txt > ROUND.json
-        one round's dump: CPU per category and the span of its samples, as JSON
+    python perf_split.py count STACKS.txt [FRAME] > ROUND.json
+        one round's dump: CPU per category and the span of its samples, as JSON; with FRAME,
+        only the samples whose stack holds that function (say ExecMakeTableFunctionResult:
+        a call in a query's FROM list, the dequeue in bench/pgbench's consumer scripts), each
+        in the category of the innermost listed frame above FRAME, or "FRAME itself", and the
+        span still that of every sample (so report divides by every message of the round)
     python perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS:FAULTS [...]
         rounds pooled: COUNT units (messages) were done in SECONDS of wall time around the
         round's samples, so the samples' own span covers COUNT * span / SECONDS of them;
         FAULTS minor page faults of the sampled backends in the same SECONDS;
         prints µs of CPU per unit by category, each round's total and page faults per
         unit, and one JSON line with the same numbers
+    python perf_split.py frames FRAME CATEGORY STACKS.txt [...]
+        what one category of the samples under FRAME is made of (dumps kept by
+        dequeue_profile.sh's PROFILE_KEEP): the 25 named functions below the category's own
+        frame that most of its samples pass through, each with its share of the category
+        (inclusive, so shares overlap; frames without a symbol, such as PL/pgSQL's own
+        and the server's static functions, are not listed)
 """
 
 from __future__ import annotations
@@ -61,8 +71,9 @@ OTHER = "protocol, the rest"
 HEADER = re.compile(r"\s(\d+\.\d+):\s+(\d+)\s+\S+:")  # "... 10571.886242:  250000 cpu-clock:..."
 FRAME = re.compile(r"\s+[0-9a-f]+ (\S+)")
 USAGE = """\
-    perf_split.py count STACKS.txt > ROUND.json
-    perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS:FAULTS [...]"""
+    perf_split.py count STACKS.txt [FRAME] > ROUND.json
+    perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS:FAULTS [...]
+    perf_split.py frames FRAME CATEGORY STACKS.txt [...]"""
 
 
 def samples(path: Path) -> Iterator[tuple[float, int, list[str]]]:
@@ -83,15 +94,44 @@ def samples(path: Path) -> Iterator[tuple[float, int, list[str]]]:
         yield (*header, frames)
 
 
-def count(path: Path) -> dict[str, object]:
+def category(frames: list[str], default: str = OTHER) -> str:
+    """The category of the innermost frame of `frames` found in CATEGORIES, else `default`."""
+    return next((CATEGORIES[f] for f in frames if f in CATEGORIES), default)
+
+
+def count(path: Path, within: str | None = None) -> dict[str, object]:
     cpu_ns: Counter[str] = Counter()
     times: list[float] = []
     for at, period_ns, frames in samples(path):
         times.append(at)
-        cpu_ns[next((CATEGORIES[f] for f in frames if f in CATEGORIES), OTHER)] += period_ns
+        if within is None:
+            cpu_ns[category(frames)] += period_ns
+        elif within in frames:
+            cpu_ns[category(frames[: frames.index(within)], f"{within} itself")] += period_ns
     if not times:
         sys.exit(f"perf_split: no samples in {path}")
     return {"span_s": max(times) - min(times), "cpu_ns": dict(cpu_ns)}
+
+
+def frames_of(within: str, wanted: str, paths: list[Path]) -> None:
+    shares: Counter[str] = Counter()
+    total = 0
+    for path in paths:
+        for _, period_ns, frames in samples(path):
+            if within not in frames:
+                continue
+            inner = frames[: frames.index(within)]
+            if category(inner, f"{within} itself") != wanted:
+                continue
+            own = next((i for i, f in enumerate(inner) if f in CATEGORIES), len(inner))
+            total += period_ns
+            for name in set(inner[:own]):
+                if not name.startswith("["):
+                    shares[name] += period_ns
+    if not total:
+        sys.exit(f"perf_split: no samples of {wanted!r} under {within}")
+    for name, ns in shares.most_common(25):
+        print(f"  {100 * ns / total:5.1f}%  {name}")
 
 
 def report(label: str, unit: str, rounds: list[str]) -> None:
@@ -135,10 +175,12 @@ def report(label: str, unit: str, rounds: list[str]) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    if len(args) == 2 and args[0] == "count":
-        print(json.dumps(count(Path(args[1]))))
+    if len(args) in (2, 3) and args[0] == "count":
+        print(json.dumps(count(Path(args[1]), args[2] if len(args) == 3 else None)))
     elif len(args) >= 4 and args[0] == "report":
         report(args[1], args[2], args[3:])
+    elif len(args) >= 4 and args[0] == "frames":
+        frames_of(args[1], args[2], [Path(a) for a in args[3:]])
     else:
         sys.exit("usage:\n" + USAGE)
 
