@@ -64,11 +64,21 @@ COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (2
 -- (or empty, or NULL: the caller decides whether NULL is allowed). They are
 -- read as a[1..n] and unnested side by side, so '[0:1]={a,b}' or a
 -- two-dimensional array would silently pair the wrong elements.
+-- The rule itself is a plain SQL expression, inlined where the batch
+-- functions test all their arguments at once; _check_array raises its error.
+CREATE OR REPLACE FUNCTION lonnymq._is_batch_array(p_array anyarray) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT NOT coalesce(pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1, false)
+$$;
+COMMENT ON FUNCTION lonnymq._is_batch_array(anyarray)
+    IS 'Whether an array argument of a batch function has the shape it needs (or is empty or NULL).';
+
 CREATE OR REPLACE FUNCTION lonnymq._check_array(p_array anyarray, p_argument text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    IF pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1 THEN
+    IF NOT lonnymq._is_batch_array(p_array) THEN
         PERFORM lonnymq._invalid(pg_catalog.format(
             '%s must be a one-dimensional array starting at index 1, got dimensions %s',
             p_argument, pg_catalog.array_dims(p_array)));

@@ -272,38 +272,47 @@ DECLARE
     v_names text[];
     v_bad timestamptz;
 BEGIN
-    PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
-    IF message_create_batch.contents IS NULL THEN
-        PERFORM lonnymq._invalid('contents must not be NULL');
-    END IF;
-    PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
-    PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
-    PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
-    PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
-    IF v_count > 100000 THEN
-        PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
-    END IF;
-    IF message_create_batch.channels IS NOT NULL
-       AND pg_catalog.cardinality(message_create_batch.channels) <> v_count THEN
-        PERFORM lonnymq._invalid('channels must have as many elements as contents');
-    END IF;
-    IF message_create_batch.dequeue_ats IS NOT NULL
-       AND pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count THEN
-        PERFORM lonnymq._invalid('dequeue_ats must have as many elements as contents');
-    END IF;
-    IF message_create_batch.dedup_keys IS NOT NULL
-       AND pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count THEN
-        PERFORM lonnymq._invalid('dedup_keys must have as many elements as contents');
-    END IF;
-    IF message_create_batch.idempotency_key IS NOT NULL
-       AND (pg_catalog.length(message_create_batch.idempotency_key) = 0
-            OR pg_catalog.length(message_create_batch.idempotency_key) > 512) THEN
-        PERFORM lonnymq._invalid('idempotency_key must be 1 to 512 characters long, or NULL');
-    END IF;
-    -- Element checks, set-based: a batch of 100000 must not pay 100000 calls.
-    IF pg_catalog.array_position(message_create_batch.contents, NULL) IS NOT NULL THEN
+    -- One expression decides that the arguments are valid; only when they are
+    -- not do the checks below it run, to raise the precise error (22023).
+    IF message_create_batch.queue IS NULL OR pg_catalog.length(message_create_batch.queue) NOT BETWEEN 1 AND 256
+       OR message_create_batch.contents IS NULL
+       OR NOT (lonnymq._is_batch_array(message_create_batch.contents)
+               AND lonnymq._is_batch_array(message_create_batch.channels)
+               AND lonnymq._is_batch_array(message_create_batch.dequeue_ats)
+               AND lonnymq._is_batch_array(message_create_batch.dedup_keys))
+       OR v_count > 100000
+       OR pg_catalog.cardinality(message_create_batch.channels) <> v_count
+       OR pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count
+       OR pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count
+       OR pg_catalog.length(message_create_batch.idempotency_key) NOT BETWEEN 1 AND 512
+       OR pg_catalog.array_position(message_create_batch.contents, NULL) IS NOT NULL THEN
+        PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
+        IF message_create_batch.contents IS NULL THEN
+            PERFORM lonnymq._invalid('contents must not be NULL');
+        END IF;
+        PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
+        PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
+        PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
+        PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
+        IF v_count > 100000 THEN
+            PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
+        END IF;
+        IF pg_catalog.cardinality(message_create_batch.channels) <> v_count THEN
+            PERFORM lonnymq._invalid('channels must have as many elements as contents');
+        END IF;
+        IF pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count THEN
+            PERFORM lonnymq._invalid('dequeue_ats must have as many elements as contents');
+        END IF;
+        IF pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count THEN
+            PERFORM lonnymq._invalid('dedup_keys must have as many elements as contents');
+        END IF;
+        IF pg_catalog.length(message_create_batch.idempotency_key) NOT BETWEEN 1 AND 512 THEN
+            PERFORM lonnymq._invalid('idempotency_key must be 1 to 512 characters long, or NULL');
+        END IF;
         PERFORM lonnymq._invalid('content must not be NULL');
     END IF;
+    -- The other element checks, set-based: a batch of 100000 must not pay
+    -- 100000 calls.
     -- The distinct channel names, once: the name check and every later
     -- channel lookup walk this short list, never the batch-long array.
     SELECT coalesce(pg_catalog.array_agg(DISTINCT n ORDER BY n), '{}') INTO v_names

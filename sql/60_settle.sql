@@ -138,22 +138,31 @@ DECLARE
     v_accounted boolean := false;
     v_message lonnymq.message;
 BEGIN
-    IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
-        PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
-    END IF;
-    PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
-    PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
-    IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
-        PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
-    END IF;
-    IF pg_catalog.cardinality(message_complete_batch.ids) > 100000 THEN
-        PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
-    END IF;
-    -- Every element is checked before anything is locked or changed.
-    IF pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL THEN
-        PERFORM lonnymq._invalid('id must not be NULL');
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_complete_batch.num_attempts) n WHERE n IS NULL OR n < 1) THEN
+    -- Every argument and element checked before anything is locked or
+    -- changed, by one expression; only when it fails do the checks below it
+    -- run, to raise the precise error (22023). (1 <= ALL: no element NULL
+    -- or below 1.)
+    IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL
+       OR NOT (lonnymq._is_batch_array(message_complete_batch.ids)
+               AND lonnymq._is_batch_array(message_complete_batch.num_attempts))
+       OR pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts)
+       OR pg_catalog.cardinality(message_complete_batch.ids) > 100000
+       OR pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL
+       OR NOT coalesce(1 <= ALL (message_complete_batch.num_attempts), false) THEN
+        IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
+            PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
+        END IF;
+        PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
+        PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
+        IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
+            PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
+        END IF;
+        IF pg_catalog.cardinality(message_complete_batch.ids) > 100000 THEN
+            PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
+        END IF;
+        IF pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL THEN
+            PERFORM lonnymq._invalid('id must not be NULL');
+        END IF;
         PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
     END IF;
 

@@ -92,6 +92,9 @@ SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a', ''], AR
 SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a'], ARRAY['x']::bytea[], dequeue_ats => ARRAY['infinity']::timestamptz[])$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a'], ARRAY['x']::bytea[], idempotency_key => '')$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY[['a']], ARRAY[['x']]::bytea[])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_create_batch(NULL, ARRAY['a'], ARRAY['x']::bytea[])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_create_batch(pg_catalog.repeat('q', 257), ARRAY['a'], ARRAY['x']::bytea[])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a'], ARRAY['x']::bytea[], idempotency_key => pg_catalog.repeat('k', 513))$$);
 SELECT pg_temp.state() = :'before' AS nothing_changed;
 
 SELECT count(*) AS broken_invariants FROM lonnymq.verify();

@@ -210,6 +210,10 @@ SELECT pg_temp.try($$SELECT lonnymq.message_cancel(NULL)$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(ARRAY[1], ARRAY[1, 2])$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(NULL, ARRAY[1])$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(ARRAY[1, NULL], ARRAY[1, 1])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(ARRAY[1], ARRAY[0])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(ARRAY[1, 2], ARRAY[1, NULL])$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_complete_batch(pg_catalog.array_fill(1::bigint, ARRAY[100001]),
+                                                           pg_catalog.array_fill(1::bigint, ARRAY[100001]))$$);
 SELECT pg_temp.state() = :'before' AS nothing_changed;
 
 SELECT count(*) AS broken_invariants FROM lonnymq.verify();
