@@ -4,8 +4,11 @@ when a flush fails, not when a handler settles its message in its own transactio
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
@@ -20,6 +23,7 @@ from lonnymq import (
     CreateResult,
     Message,
     Queue,
+    Retry,
     Worker,
 )
 from lonnymq._outcome import COMPLETE, Outcome
@@ -251,6 +255,47 @@ def test_finished_work_is_flushed_before_a_recovered_message_runs(
     assert spy.batches[0] == [innocent]
 
 
+class FlushBeforeIdleCheck(SpyQueue):
+    """Lets the worker's buffered settles reach the server after an empty dequeue and its
+    wait hint, just before the worker decides whether it is idle."""
+
+    worker: Worker | None = None
+
+    @contextmanager
+    def _waiting(self) -> Iterator[tuple[int | None, psycopg.Connection[Any]]]:
+        with super()._waiting() as (hint, conn):
+            worker = self.worker
+            if worker is not None:
+                wait_for(lambda: worker.in_flight == 0, what="the buffered settles to flush")
+            yield hint, conn
+
+
+def test_until_idle_sees_a_defer_flushed_after_its_empty_dequeue(
+    dsn: str, queue_name: str, db: psycopg.Connection[Any]
+) -> None:
+    # The dequeue finds nothing while the deferred message is still locked, then the defer
+    # is flushed: the message is ready again, though neither the dequeue nor the hint saw
+    # it. Idle would be a lie (and the deferred message left behind).
+    q = FlushBeforeIdleCheck(dsn, queue_name)
+    try:
+        q.create_batch(["a", "b"])
+        deferred: list[int] = []
+
+        def handler(message: Message) -> None:
+            if not deferred:
+                deferred.append(message.id)
+                raise Retry(delay_ms=0)
+
+        worker = Worker(q, handler, concurrency=1)
+        worker._settles.interval_s = 0.5  # the settles wait: the empty dequeue comes first
+        q.worker = worker
+        worker.run(until_idle=True)
+        assert worker.counts == {"completed": 2, "deferred": 1, "failed": 0, "refused": 0}
+        assert live_ids(db, queue_name) == set()
+    finally:
+        q.close()
+
+
 def test_a_handler_raising_system_exit_keeps_its_slot(
     spy: SpyQueue, db: psycopg.Connection[Any]
 ) -> None:
@@ -394,3 +439,39 @@ async def test_async_worker_batches_and_leaves_self_settled_alone(
         assert len(aspy.batches) < 50 and max(len(b) for b in aspy.batches) <= 20
         assert worker.counts == {"completed": 60, "deferred": 0, "failed": 0, "refused": 0}
         assert live_ids(db, queue_name) == set() and worker.in_flight == 0
+
+
+class AsyncFlushBeforeIdleCheck(AsyncQueue):
+    """FlushBeforeIdleCheck for the AsyncWorker."""
+
+    worker: AsyncWorker | None = None
+
+    @asynccontextmanager
+    async def _waiting(self) -> AsyncIterator[tuple[int | None, psycopg.AsyncConnection[Any]]]:
+        async with super()._waiting() as (hint, conn):
+            deadline = time.monotonic() + 10
+            while self.worker is not None and self.worker.in_flight:
+                assert time.monotonic() < deadline, "the buffered settles never flushed"
+                await asyncio.sleep(0.02)
+            yield hint, conn
+
+
+async def test_async_until_idle_sees_a_defer_flushed_after_its_empty_dequeue(
+    dsn: str, queue_name: str, db: psycopg.Connection[Any]
+) -> None:
+    q = AsyncFlushBeforeIdleCheck(dsn, queue_name, pool_size=12)
+    async with q:
+        await q.create_batch(["a", "b"])
+        deferred: list[int] = []
+
+        async def handler(message: AsyncMessage) -> None:
+            if not deferred:
+                deferred.append(message.id)
+                raise Retry(delay_ms=0)
+
+        worker = AsyncWorker(q, handler, concurrency=1)
+        worker._settles.interval_s = 0.5  # the settles wait: the empty dequeue comes first
+        q.worker = worker
+        await worker.run(until_idle=True)
+        assert worker.counts == {"completed": 2, "deferred": 1, "failed": 0, "refused": 0}
+        assert live_ids(db, queue_name) == set()

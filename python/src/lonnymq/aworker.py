@@ -183,6 +183,9 @@ class AsyncWorker:
         while not self._stopping:
             self._wake.clear()
             free = self.concurrency - len(self._tasks)
+            # Read before the dequeue: a settle flushed after it can make a message ready
+            # again (a defer) that neither the dequeue nor the wait hint saw.
+            held = self.in_flight
             if free <= 0:
                 await self._sleep(self._wake, self.max_sleep_ms / 1000)
                 continue
@@ -196,7 +199,7 @@ class AsyncWorker:
                     continue
                 # Nothing to do: sleep announced as a waiter, so that producers notify.
                 async with self.queue._waiting() as (hint, announcing):
-                    if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
+                    if until_idle and held == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
                     planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)

@@ -182,6 +182,9 @@ class Worker:
             self._wake.clear()
             with self._lock:
                 free = self.concurrency - self._busy
+                # Read before the dequeue: a settle flushed after it can make a message
+                # ready again (a defer) that neither the dequeue nor the wait hint saw.
+                held = len(self._held)
             if free <= 0:
                 self._wake.wait(self.max_sleep_ms / 1000)
                 continue
@@ -196,7 +199,7 @@ class Worker:
                     continue
                 # Nothing to do: sleep announced as a waiter, so that producers notify.
                 with self.queue._waiting() as (hint, announcing):
-                    if until_idle and self.in_flight == 0 and (hint is None or hint > 0):
+                    if until_idle and held == 0 and (hint is None or hint > 0):
                         return
                     self.sleeping.set()
                     planned_ms = _timing.idle_sleep_ms(hint, retry_ms, self.max_sleep_ms)
