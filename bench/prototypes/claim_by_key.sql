@@ -4,9 +4,10 @@
 -- message_ready_idx (LIMIT 1 FOR UPDATE SKIP LOCKED, in a subquery of the UPDATE). This
 -- times both claims in PL/pgSQL (each statement's plan cached, a fresh executor per
 -- execution, as in the dequeue), one claim per channel of 100, on the same heads, in 12
--- interleaved pairs, each pair rolled back. It leaves out what a head pointer adds: finding
--- the next head at every claim (lonnymq's drained check already probes for it) and the
--- producers' update of the channel row when a message becomes a channel's head.
+-- interleaved pairs (in both orders), each pair rolled back. It leaves out what a head
+-- pointer adds: finding the next head at every claim (lonnymq's drained check already
+-- probes for it) and the producers' update of the channel row when a message becomes a
+-- channel's head.
 --
 -- It needs a database where lonnymq's queue 1 has ready messages on channels 1-100, such as
 -- the prof_lonnymq that dequeue_profile.sh leaves behind (it changes nothing there):
@@ -65,54 +66,55 @@ BEGIN; SELECT pg_temp.claim_probe() \g /dev/null
 ROLLBACK;
 BEGIN; SELECT pg_temp.claim_key(ids) FROM heads \g /dev/null
 ROLLBACK;
+-- Pairs in both orders: odd ones probe first, even ones key first.
 BEGIN; SELECT pg_temp.claim_probe() AS us \gset
 ROLLBACK; INSERT INTO timings VALUES (1, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (1, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (2, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (2, 'key', :us);
+BEGIN; SELECT pg_temp.claim_probe() AS us \gset
+ROLLBACK; INSERT INTO timings VALUES (2, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_probe() AS us \gset
 ROLLBACK; INSERT INTO timings VALUES (3, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (3, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (4, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (4, 'key', :us);
+BEGIN; SELECT pg_temp.claim_probe() AS us \gset
+ROLLBACK; INSERT INTO timings VALUES (4, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_probe() AS us \gset
 ROLLBACK; INSERT INTO timings VALUES (5, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (5, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (6, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (6, 'key', :us);
+BEGIN; SELECT pg_temp.claim_probe() AS us \gset
+ROLLBACK; INSERT INTO timings VALUES (6, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_probe() AS us \gset
 ROLLBACK; INSERT INTO timings VALUES (7, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (7, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (8, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (8, 'key', :us);
+BEGIN; SELECT pg_temp.claim_probe() AS us \gset
+ROLLBACK; INSERT INTO timings VALUES (8, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_probe() AS us \gset
 ROLLBACK; INSERT INTO timings VALUES (9, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (9, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (10, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (10, 'key', :us);
+BEGIN; SELECT pg_temp.claim_probe() AS us \gset
+ROLLBACK; INSERT INTO timings VALUES (10, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_probe() AS us \gset
 ROLLBACK; INSERT INTO timings VALUES (11, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (11, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (12, 'probe', :us);
 BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
 ROLLBACK; INSERT INTO timings VALUES (12, 'key', :us);
+BEGIN; SELECT pg_temp.claim_probe() AS us \gset
+ROLLBACK; INSERT INTO timings VALUES (12, 'probe', :us);
 \pset footer off
 SELECT pair, round(max(us) FILTER (WHERE claim = 'probe')::numeric, 1) AS probe_us,
        round(max(us) FILTER (WHERE claim = 'key')::numeric, 1) AS key_us

@@ -29,9 +29,11 @@
 #                        sampled: with several, the CPU per message includes what they
 #                        spend on each other (rows skipped, the held path), not their waits
 #   PROFILE_WITHIN=FRAME a second table per system: the same CPU per message, counting
-#                        only the samples under FRAME (ExecMakeTableFunctionResult: the
-#                        dequeue of every system's consumer script, which calls it in FROM),
-#                        by category (perf_split.py count)
+#                        only the samples under FRAME, by category (perf_split.py count).
+#                        ExecMakeTableFunctionResult is a call in FROM: in the single
+#                        consumer scripts only the dequeue (the completes are called in
+#                        SELECT's list), but with PROFILE_LIFECYCLE=1 the creates too, and
+#                        with PROFILE_BATCH the batch completes too
 #   PROFILE_KEEP=DIR     keep each round's `perf script` dump as DIR/SYSTEM-ROUND.txt
 #   PROFILE_PEERS="..."  the peers to profile beside lonnymq (default: lonnymq_original pgmq
 #                        floor; empty: lonnymq alone). Leave the original out with PROFILE_CHANNELS=1: its fill

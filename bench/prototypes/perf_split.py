@@ -10,9 +10,11 @@ the backend's CPU).
     python perf_split.py count STACKS.txt [FRAME] > ROUND.json
         one round's dump: CPU per category and the span of its samples, as JSON; with FRAME,
         only the samples whose stack holds that function (say ExecMakeTableFunctionResult:
-        a call in a query's FROM list, the dequeue in bench/pgbench's consumer scripts), each
-        in the category of the innermost listed frame above FRAME, or "FRAME itself", and the
-        span still that of every sample (so report divides by every message of the round)
+        a call in a query's FROM list; in bench/pgbench's single consumer scripts only the
+        dequeue is called so, in the create scripts the create too, in the batch consumer
+        scripts the batch complete too), each in the category of the innermost listed frame
+        inside FRAME's outermost call, or "FRAME itself", and the span still that of every
+        sample (so report divides by every message of the round)
     python perf_split.py report LABEL UNIT ROUND.json:COUNT:SECONDS:FAULTS [...]
         rounds pooled: COUNT units (messages) were done in SECONDS of wall time around the
         round's samples, so the samples' own span covers COUNT * span / SECONDS of them;
@@ -94,6 +96,11 @@ def samples(path: Path) -> Iterator[tuple[float, int, list[str]]]:
         yield (*header, frames)
 
 
+def below(frames: list[str], within: str) -> list[str]:
+    """The frames inside the outermost call of `within` (frames run leaf first)."""
+    return frames[: len(frames) - 1 - frames[::-1].index(within)]
+
+
 def category(frames: list[str], default: str = OTHER) -> str:
     """The category of the innermost frame of `frames` found in CATEGORIES, else `default`."""
     return next((CATEGORIES[f] for f in frames if f in CATEGORIES), default)
@@ -107,7 +114,7 @@ def count(path: Path, within: str | None = None) -> dict[str, object]:
         if within is None:
             cpu_ns[category(frames)] += period_ns
         elif within in frames:
-            cpu_ns[category(frames[: frames.index(within)], f"{within} itself")] += period_ns
+            cpu_ns[category(below(frames, within), f"{within} itself")] += period_ns
     if not times:
         sys.exit(f"perf_split: no samples in {path}")
     return {"span_s": max(times) - min(times), "cpu_ns": dict(cpu_ns)}
@@ -120,7 +127,7 @@ def frames_of(within: str, wanted: str, paths: list[Path]) -> None:
         for _, period_ns, frames in samples(path):
             if within not in frames:
                 continue
-            inner = frames[: frames.index(within)]
+            inner = below(frames, within)
             if category(inner, f"{within} itself") != wanted:
                 continue
             own = next((i for i, f in enumerate(inner) if f in CATEGORIES), len(inner))
