@@ -367,21 +367,11 @@ COMMENT ON FUNCTION lonnymq._invalid(text) IS 'Raises invalid_parameter_value (2
 -- (or empty, or NULL: the caller decides whether NULL is allowed). They are
 -- read as a[1..n] and unnested side by side, so '[0:1]={a,b}' or a
 -- two-dimensional array would silently pair the wrong elements.
--- The rule itself is a plain SQL expression, inlined where the batch
--- functions test all their arguments at once; _check_array raises its error.
-CREATE OR REPLACE FUNCTION lonnymq._is_batch_array(p_array anyarray) RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT NOT coalesce(pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1, false)
-$$;
-COMMENT ON FUNCTION lonnymq._is_batch_array(anyarray)
-    IS 'Whether an array argument of a batch function has the shape it needs (or is empty or NULL).';
-
 CREATE OR REPLACE FUNCTION lonnymq._check_array(p_array anyarray, p_argument text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    IF NOT lonnymq._is_batch_array(p_array) THEN
+    IF pg_catalog.array_ndims(p_array) > 1 OR pg_catalog.array_lower(p_array, 1) <> 1 THEN
         PERFORM lonnymq._invalid(pg_catalog.format(
             '%s must be a one-dimensional array starting at index 1, got dimensions %s',
             p_argument, pg_catalog.array_dims(p_array)));
@@ -1401,47 +1391,38 @@ DECLARE
     v_names text[];
     v_bad timestamptz;
 BEGIN
-    -- One expression decides that the arguments are valid; only when they are
-    -- not do the checks below it run, to raise the precise error (22023).
-    IF message_create_batch.queue IS NULL OR pg_catalog.length(message_create_batch.queue) NOT BETWEEN 1 AND 256
-       OR message_create_batch.contents IS NULL
-       OR NOT (lonnymq._is_batch_array(message_create_batch.contents)
-               AND lonnymq._is_batch_array(message_create_batch.channels)
-               AND lonnymq._is_batch_array(message_create_batch.dequeue_ats)
-               AND lonnymq._is_batch_array(message_create_batch.dedup_keys))
-       OR v_count > 100000
-       OR pg_catalog.cardinality(message_create_batch.channels) <> v_count
-       OR pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count
-       OR pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count
-       OR pg_catalog.length(message_create_batch.idempotency_key) NOT BETWEEN 1 AND 512
-       OR pg_catalog.array_position(message_create_batch.contents, NULL) IS NOT NULL THEN
-        PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
-        IF message_create_batch.contents IS NULL THEN
-            PERFORM lonnymq._invalid('contents must not be NULL');
-        END IF;
-        PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
-        PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
-        PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
-        PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
-        IF v_count > 100000 THEN
-            PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
-        END IF;
-        IF pg_catalog.cardinality(message_create_batch.channels) <> v_count THEN
-            PERFORM lonnymq._invalid('channels must have as many elements as contents');
-        END IF;
-        IF pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count THEN
-            PERFORM lonnymq._invalid('dequeue_ats must have as many elements as contents');
-        END IF;
-        IF pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count THEN
-            PERFORM lonnymq._invalid('dedup_keys must have as many elements as contents');
-        END IF;
-        IF pg_catalog.length(message_create_batch.idempotency_key) NOT BETWEEN 1 AND 512 THEN
-            PERFORM lonnymq._invalid('idempotency_key must be 1 to 512 characters long, or NULL');
-        END IF;
+    PERFORM lonnymq._check_name(message_create_batch.queue, 'queue', false);
+    IF message_create_batch.contents IS NULL THEN
+        PERFORM lonnymq._invalid('contents must not be NULL');
+    END IF;
+    PERFORM lonnymq._check_array(message_create_batch.contents, 'contents');
+    PERFORM lonnymq._check_array(message_create_batch.channels, 'channels');
+    PERFORM lonnymq._check_array(message_create_batch.dequeue_ats, 'dequeue_ats');
+    PERFORM lonnymq._check_array(message_create_batch.dedup_keys, 'dedup_keys');
+    IF v_count > 100000 THEN
+        PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
+    END IF;
+    IF message_create_batch.channels IS NOT NULL
+       AND pg_catalog.cardinality(message_create_batch.channels) <> v_count THEN
+        PERFORM lonnymq._invalid('channels must have as many elements as contents');
+    END IF;
+    IF message_create_batch.dequeue_ats IS NOT NULL
+       AND pg_catalog.cardinality(message_create_batch.dequeue_ats) <> v_count THEN
+        PERFORM lonnymq._invalid('dequeue_ats must have as many elements as contents');
+    END IF;
+    IF message_create_batch.dedup_keys IS NOT NULL
+       AND pg_catalog.cardinality(message_create_batch.dedup_keys) <> v_count THEN
+        PERFORM lonnymq._invalid('dedup_keys must have as many elements as contents');
+    END IF;
+    IF message_create_batch.idempotency_key IS NOT NULL
+       AND (pg_catalog.length(message_create_batch.idempotency_key) = 0
+            OR pg_catalog.length(message_create_batch.idempotency_key) > 512) THEN
+        PERFORM lonnymq._invalid('idempotency_key must be 1 to 512 characters long, or NULL');
+    END IF;
+    -- Element checks, set-based: a batch of 100000 must not pay 100000 calls.
+    IF pg_catalog.array_position(message_create_batch.contents, NULL) IS NOT NULL THEN
         PERFORM lonnymq._invalid('content must not be NULL');
     END IF;
-    -- The other element checks, set-based: a batch of 100000 must not pay
-    -- 100000 calls.
     -- The distinct channel names, once: the name check and every later
     -- channel lookup walk this short list, never the batch-long array.
     SELECT coalesce(pg_catalog.array_agg(DISTINCT n ORDER BY n), '{}') INTO v_names
@@ -2887,31 +2868,22 @@ DECLARE
     v_accounted boolean := false;
     v_message lonnymq.message;
 BEGIN
-    -- Every argument and element checked before anything is locked or
-    -- changed, by one expression; only when it fails do the checks below it
-    -- run, to raise the precise error (22023). (1 <= ALL: no element NULL
-    -- or below 1.)
-    IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL
-       OR NOT (lonnymq._is_batch_array(message_complete_batch.ids)
-               AND lonnymq._is_batch_array(message_complete_batch.num_attempts))
-       OR pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts)
-       OR pg_catalog.cardinality(message_complete_batch.ids) > 100000
-       OR pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL
-       OR NOT coalesce(1 <= ALL (message_complete_batch.num_attempts), false) THEN
-        IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
-            PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
-        END IF;
-        PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
-        PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
-        IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
-            PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
-        END IF;
-        IF pg_catalog.cardinality(message_complete_batch.ids) > 100000 THEN
-            PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
-        END IF;
-        IF pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL THEN
-            PERFORM lonnymq._invalid('id must not be NULL');
-        END IF;
+    IF message_complete_batch.ids IS NULL OR message_complete_batch.num_attempts IS NULL THEN
+        PERFORM lonnymq._invalid('ids and num_attempts must not be NULL');
+    END IF;
+    PERFORM lonnymq._check_array(message_complete_batch.ids, 'ids');
+    PERFORM lonnymq._check_array(message_complete_batch.num_attempts, 'num_attempts');
+    IF pg_catalog.cardinality(message_complete_batch.ids) <> pg_catalog.cardinality(message_complete_batch.num_attempts) THEN
+        PERFORM lonnymq._invalid('ids and num_attempts must have the same number of elements');
+    END IF;
+    IF pg_catalog.cardinality(message_complete_batch.ids) > 100000 THEN
+        PERFORM lonnymq._invalid('a batch holds at most 100000 messages');
+    END IF;
+    -- Every element is checked before anything is locked or changed.
+    IF pg_catalog.array_position(message_complete_batch.ids, NULL) IS NOT NULL THEN
+        PERFORM lonnymq._invalid('id must not be NULL');
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(message_complete_batch.num_attempts) n WHERE n IS NULL OR n < 1) THEN
         PERFORM lonnymq._invalid('num_attempts must be the value the dequeue returned (1 or more)');
     END IF;
 

@@ -81,3 +81,6 @@ RESET check_function_bodies;
 -- From 1.7.
 \set from '1.7'
 \i test/upgrade_route.psql
+-- From 1.8.
+\set from '1.8'
+\i test/upgrade_route.psql
