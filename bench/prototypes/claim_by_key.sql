@@ -4,7 +4,7 @@
 -- message_ready_idx (LIMIT 1 FOR UPDATE SKIP LOCKED, in a subquery of the UPDATE). This
 -- times both claims in PL/pgSQL (each statement's plan cached, a fresh executor per
 -- execution, as in the dequeue), one claim per channel of 100, on the same heads, in 12
--- interleaved pairs (in both orders), each pair rolled back. It leaves out what a head
+-- interleaved pairs (in both orders), each claim run rolled back. It leaves out what a head
 -- pointer adds: finding the next head at every claim (lonnymq's drained check already
 -- probes for it) and the producers' update of the channel row when a message becomes a
 -- channel's head.
@@ -60,61 +60,39 @@ FROM generate_series(1, 100) c
 CROSS JOIN LATERAL (SELECT m.id FROM lonnymq.message m
                     WHERE m.queue_id = 1 AND m.channel_id = c AND m.locked_until_ms IS NULL
                     ORDER BY m.dequeue_ms, m.id LIMIT 1) h;
+-- One claim run, timed, then undone (an exception rolls its subtransaction back; the
+-- variable keeps the time).
+CREATE FUNCTION pg_temp.undone(p_claim text) RETURNS double precision
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_us double precision;
+BEGIN
+    BEGIN
+        v_us := CASE p_claim WHEN 'probe' THEN pg_temp.claim_probe()
+                             ELSE pg_temp.claim_key((SELECT ids FROM heads)) END;
+        RAISE EXCEPTION USING ERRCODE = 'P0001';
+    EXCEPTION WHEN raise_exception THEN
+        NULL;
+    END;
+    RETURN v_us;
+END
+$$;
 CREATE TEMP TABLE timings (pair integer, claim text, us double precision);
--- (A first pair unrecorded: plans made, caches warm.)
-BEGIN; SELECT pg_temp.claim_probe() \g /dev/null
-ROLLBACK;
-BEGIN; SELECT pg_temp.claim_key(ids) FROM heads \g /dev/null
-ROLLBACK;
--- Pairs in both orders: odd ones probe first, even ones key first.
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (1, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (1, 'key', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (2, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (2, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (3, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (3, 'key', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (4, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (4, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (5, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (5, 'key', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (6, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (6, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (7, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (7, 'key', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (8, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (8, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (9, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (9, 'key', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (10, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (10, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (11, 'probe', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (11, 'key', :us);
-BEGIN; SELECT pg_temp.claim_key(ids) AS us FROM heads \gset
-ROLLBACK; INSERT INTO timings VALUES (12, 'key', :us);
-BEGIN; SELECT pg_temp.claim_probe() AS us \gset
-ROLLBACK; INSERT INTO timings VALUES (12, 'probe', :us);
+-- A first pair unrecorded (plans made, caches warm), then 12 pairs in both orders: odd
+-- ones probe first, even ones key first.
+DO $$
+BEGIN
+    PERFORM pg_temp.undone('probe'), pg_temp.undone('key');
+    FOR i IN 1..12 LOOP
+        FOR j IN 0..1 LOOP
+            INSERT INTO timings
+            SELECT i, c.claim, pg_temp.undone(c.claim)
+            FROM (VALUES (CASE WHEN (i + j) % 2 = 1 THEN 'probe' ELSE 'key' END)) c(claim);
+        END LOOP;
+    END LOOP;
+END
+$$;
 \pset footer off
 SELECT pair, round(max(us) FILTER (WHERE claim = 'probe')::numeric, 1) AS probe_us,
        round(max(us) FILTER (WHERE claim = 'key')::numeric, 1) AS key_us
