@@ -338,13 +338,23 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a finite timestamp, 22023 otherwise.';
 
--- Rejects a computed dequeue time (dequeue_at plus delay_ms) beyond the year
--- 100000: later times would overflow the interval arithmetic of the views.
+-- The latest dequeue time a message may have (dequeue_at plus delay_ms):
+-- the start of the year 100000. Later times would overflow the interval
+-- arithmetic of the views. (A constant in SQL: inlined into the caller's
+-- expression, so checking against it costs no call.)
+CREATE OR REPLACE FUNCTION lonnymq._max_dequeue_ms() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 3093527980800000::bigint
+$$;
+COMMENT ON FUNCTION lonnymq._max_dequeue_ms() IS 'The latest dequeue time, in ms: the year 100000.';
+
+-- Rejects a computed dequeue time beyond _max_dequeue_ms().
 CREATE OR REPLACE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    IF p_dequeue_ms > 3093527980800000 THEN
+    IF p_dequeue_ms > lonnymq._max_dequeue_ms() THEN
         RAISE EXCEPTION 'lonnymq: dequeue_at plus delay_ms must be before the year 100000'
             USING ERRCODE = '22023';
     END IF;
@@ -1305,9 +1315,12 @@ BEGIN
     IF message_create.priority > 0 THEN
         v_dequeue_ms := lonnymq._now_ms() - message_create.priority::bigint * 281474976710656;
     ELSE
-        v_dequeue_ms := lonnymq._check_dequeue_ms(
-            coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
-                     lonnymq._now_ms()) + message_create.delay_ms);
+        v_dequeue_ms := coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
+                                 lonnymq._now_ms()) + message_create.delay_ms;
+        -- (The bound compared here, a constant; the check only runs to raise.)
+        IF v_dequeue_ms > lonnymq._max_dequeue_ms() THEN
+            PERFORM lonnymq._check_dequeue_ms(v_dequeue_ms);
+        END IF;
     END IF;
 
     -- The queue and the channel, pinned (see _pin_channel; in the same

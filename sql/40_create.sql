@@ -176,9 +176,12 @@ BEGIN
     IF message_create.priority > 0 THEN
         v_dequeue_ms := lonnymq._now_ms() - message_create.priority::bigint * 281474976710656;
     ELSE
-        v_dequeue_ms := lonnymq._check_dequeue_ms(
-            coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
-                     lonnymq._now_ms()) + message_create.delay_ms);
+        v_dequeue_ms := coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
+                                 lonnymq._now_ms()) + message_create.delay_ms;
+        -- (The bound compared here, a constant; the check only runs to raise.)
+        IF v_dequeue_ms > lonnymq._max_dequeue_ms() THEN
+            PERFORM lonnymq._check_dequeue_ms(v_dequeue_ms);
+        END IF;
     END IF;
 
     -- The queue and the channel, pinned (see _pin_channel; in the same

@@ -27,12 +27,7 @@ pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -
          -t $((20000 / batch)) -D batch=$batch)
 out=$here/../results/consume-$name.csv
 
-for db in lp_a lp_b; do
-    "${psql[@]}" -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" \
-        -c "CREATE DATABASE $db"
-    "${psql[@]}" -d "$db" -c "CREATE EXTENSION pg_stat_statements" -c "CREATE EXTENSION lonnymq"
-done
-"${psql[@]}" -d lp_b -f "$definitions"
+pair_databases "$definitions"
 
 echo "round,database,batch,dequeue_mean_ms,complete_batch_mean_ms" > "$out"
 for round in $(seq "$rounds"); do

@@ -1,4 +1,4 @@
-# Shared by lifecycle_pair.sh and consume_pair.sh (sourced; psql=(...) set by the caller).
+# Shared by lifecycle_pair.sh, consume_pair.sh and create_pair.sh (sourced; psql=(...) set by the caller).
 
 # The mean time in ms of each named call, top-level statements only (pg_stat_statements),
 # comma-separated with a leading comma: ",0.071,0.329".
@@ -11,4 +11,17 @@ stat_means() {
             WHERE query LIKE '%$call(%' AND toplevel ORDER BY calls DESC LIMIT 1")
     done
     echo "$means"
+}
+
+# Fresh databases lp_a (lonnymq as installed) and lp_b (the same with DEFINITIONS applied
+# over it), each with pg_stat_statements.
+#   pair_databases DEFINITIONS
+pair_databases() {
+    local db
+    for db in lp_a lp_b; do
+        "${psql[@]}" -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" \
+            -c "CREATE DATABASE $db"
+        "${psql[@]}" -d "$db" -c "CREATE EXTENSION pg_stat_statements" -c "CREATE EXTENSION lonnymq"
+    done
+    "${psql[@]}" -d lp_b -f "$1"
 }

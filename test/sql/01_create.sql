@@ -78,6 +78,12 @@ SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => 
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '-infinity')$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '294276-12-31 00:00:00+00')$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '99999-12-31 00:00:00+00', delay_ms => 315576000000000)$$);
+-- The bound itself is a valid dequeue time; one millisecond past it is not
+-- (rolled back: the fingerprint below must not see it).
+BEGIN;
+SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '99999-12-31 23:59:59.999+00', delay_ms => 1)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '99999-12-31 23:59:59.999+00', delay_ms => 2)$$);
+ROLLBACK;
 SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a'], ARRAY['x']::bytea[], dequeue_ats => ARRAY['200000-01-01']::timestamptz[])$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', priority => -1)$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', priority => 40000)$$);
