@@ -201,10 +201,12 @@ def pgbench(
     progress: int | None = None,
     settings: str = "",
     transactions: int | None = None,
+    log_prefix: Path | None = None,
 ) -> subprocess.Popen[str]:
     """Starts pgbench on one script of bench/pgbench (prepared statements, no vacuum).
 
-    It runs for `seconds`, or, given `transactions`, that many times per client.
+    It runs for `seconds`, or, given `transactions`, that many times per client. Given
+    `log_prefix`, it logs every transaction to `<log_prefix>.<pid>` (see `transaction_log`).
     """
     args = [
         str(PGBIN / "pgbench"),
@@ -231,6 +233,8 @@ def pgbench(
         args += ["-R", f"{rate:.1f}"]
     if progress is not None:
         args += ["-P", str(progress)]
+    if log_prefix is not None:
+        args += ["-l", f"--log-prefix={log_prefix}"]
     args.append(DATABASE)
     env = dict(
         os.environ, PGOPTIONS=f"-c synchronous_commit={synchronous_commit} {settings}".strip()
@@ -258,6 +262,19 @@ def pgbench_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
         "latency_ms": float(latency.group(1)) if latency else None,
         "progress": progress,
     }
+
+
+def transaction_log(prefix: Path) -> list[tuple[float, float]]:
+    """Every transaction pgbench logged under `prefix` (pgbench(log_prefix=...)): (when it
+    ended, epoch seconds; its latency in ms). With a rate (-R), pgbench counts latency from
+    the transaction's scheduled start, so time spent behind schedule is in it."""
+    rows = []
+    for path in prefix.parent.glob(f"{prefix.name}.*"):
+        for line in path.read_text().splitlines():
+            # client_id transaction_no time_us script_no epoch_s epoch_us [schedule_lag_us]
+            fields = line.split()
+            rows.append((int(fields[4]) + int(fields[5]) / 1e6, int(fields[2]) / 1000))
+    return rows
 
 
 def median(values: list[float]) -> float:

@@ -4,8 +4,11 @@ Producers and consumers each run at half of workload 1's measured capacity
 (pgbench -R) for the whole run; an idle-in-transaction session holds the xmin
 horizon (REPEATABLE READ with an xid) for the middle half. Every 10 s the
 monitor records completions (pg_stat_user_tables.n_tup_del on the system's
-message table), backlog, dead tuples and table/index sizes. Goal: the held
-phase keeps >= 50% of the clean phase's throughput and it recovers afterwards.
+message table), backlog, dead tuples and table/index sizes. pgbench logs every
+transaction, whose latency (from its scheduled start: time spent behind the
+offered rate counts) gives each phase's p50 and p99. Goal: the held phase
+keeps >= 50% of the clean phase's throughput, its consumers' p99 stays within
+10x the clean phase's, and it recovers afterwards.
 `run_all` runs lonnymq, then the floor and the loaded peers the same way, one
 after the other in the same run: each at half of its own capacity, each
 against its own clean phase.
@@ -14,11 +17,22 @@ against its own clean phase.
 from __future__ import annotations
 
 import itertools
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from common import PAYLOAD, connect, log, median, pgbench, pgbench_result
+from common import (
+    PAYLOAD,
+    connect,
+    log,
+    median,
+    percentile,
+    pgbench,
+    pgbench_result,
+    transaction_log,
+)
 from throughput import BY_NAME, CONSUMERS, PRODUCERS, run_once, seed
 
 
@@ -80,6 +94,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         f"snapshot held from {seconds / 4:.0f}s to {3 * seconds / 4:.0f}s"
     )
     defines = {"nchannels": 100, "payload": PAYLOAD, "batch": 1}
+    logs = Path(tempfile.mkdtemp(prefix="lonnymq-w7-"))
     with connect() as conn:
         seed(conn, system, 100)  # (which vacuums the system's tables)
         stop = threading.Event()
@@ -92,6 +107,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
             synchronous_commit,
             rate=rate,
             progress=10,
+            log_prefix=logs / "create",
         )
         consumers = pgbench(
             f"{system}_consume.sql",
@@ -101,9 +117,11 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
             synchronous_commit,
             rate=rate,
             progress=10,
+            log_prefix=logs / "consume",
         )
         holder.start()
         t0 = time.monotonic()
+        t0_epoch = time.time()
         samples = []
         while producers.poll() is None or consumers.poll() is None:
             samples.append(_sample(conn, system))
@@ -137,6 +155,11 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     clean = phase(10, seconds / 4)
     held = phase(seconds / 4 + 10, 3 * seconds / 4)
     after = phase(3 * seconds / 4 + 10, seconds)
+    latency = {kind: _latency(logs / kind, t0_epoch, seconds) for kind in ("consume", "create")}
+    for path in logs.iterdir():
+        path.unlink()
+    logs.rmdir()
+    consume = latency["consume"]
     result = {
         "system": system,
         "minutes": minutes,
@@ -148,15 +171,40 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         "after_msg_s": after,
         "held_ratio": held / clean if clean else None,
         "after_ratio": after / clean if clean else None,
+        # Per phase, transactions ending in it: p50 / p99 latency in ms, and their count.
+        "latency_ms": latency,
+        "held_p99_ratio": consume["held"]["p99"] / consume["clean"]["p99"],
         "producer_progress": produced["progress"],
         "consumer_progress": consumed["progress"],
         "series": series,
     }
     log(
         f"w7 {system}: clean {clean:.0f} msg/s, held {held:.0f} ({result['held_ratio']:.2f}x), "
-        f"after {after:.0f} ({result['after_ratio']:.2f}x)"
+        f"after {after:.0f} ({result['after_ratio']:.2f}x); consumers' p99 "
+        f"{consume['clean']['p99']:.1f} ms clean, {consume['held']['p99']:.1f} ms held "
+        f"({result['held_p99_ratio']:.1f}x)"
     )
     return result
+
+
+def _latency(prefix: Path, t0_epoch: float, seconds: float) -> dict[str, dict[str, float]]:
+    """p50 and p99 latency (ms) of the transactions logged under `prefix` that ended in each
+    phase (the same bounds as the throughput's: the first 10 s of each left out)."""
+    rows = transaction_log(prefix)
+    bounds = {
+        "clean": (10, seconds / 4),
+        "held": (seconds / 4 + 10, 3 * seconds / 4),
+        "after": (3 * seconds / 4 + 10, seconds),
+    }
+    phases = {}
+    for name, (lo, hi) in bounds.items():
+        values = [ms for end, ms in rows if lo < end - t0_epoch <= hi]
+        phases[name] = {
+            "p50": percentile(values, 50),
+            "p99": percentile(values, 99),
+            "transactions": len(values),
+        }
+    return phases
 
 
 def run_all(minutes: float, systems: list[str]) -> dict[str, dict[str, Any]]:
