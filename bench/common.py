@@ -264,16 +264,19 @@ def pgbench_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
     }
 
 
-def transaction_log(prefix: Path) -> list[tuple[float, float]]:
+def transaction_log(prefix: Path) -> list[tuple[float, float | None]]:
     """Every transaction pgbench logged under `prefix` (pgbench(log_prefix=...)): (when it
-    ended, epoch seconds; its latency in ms). With a rate (-R), pgbench counts latency from
-    the transaction's scheduled start, so time spent behind schedule is in it."""
-    rows = []
+    ended, epoch seconds; its latency in ms, or None for one that failed or was skipped).
+    With a rate (-R), pgbench counts latency from the transaction's scheduled start, so time
+    spent behind schedule is in it."""
+    rows: list[tuple[float, float | None]] = []
     for path in prefix.parent.glob(f"{prefix.name}.*"):
         for line in path.read_text().splitlines():
-            # client_id transaction_no time_us script_no epoch_s epoch_us [schedule_lag_us]
+            # client_id transaction_no time_us script_no epoch_s epoch_us [schedule_lag_us];
+            # time_us is a word ("failed", "skipped", ...) for a transaction that did not end.
             fields = line.split()
-            rows.append((int(fields[4]) + int(fields[5]) / 1e6, int(fields[2]) / 1000))
+            ended = int(fields[4]) + int(fields[5]) / 1e6
+            rows.append((ended, int(fields[2]) / 1000 if fields[2].isdigit() else None))
     return rows
 
 

@@ -17,6 +17,7 @@ against its own clean phase.
 from __future__ import annotations
 
 import itertools
+import math
 import tempfile
 import threading
 import time
@@ -94,8 +95,8 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         f"snapshot held from {seconds / 4:.0f}s to {3 * seconds / 4:.0f}s"
     )
     defines = {"nchannels": 100, "payload": PAYLOAD, "batch": 1}
-    logs = Path(tempfile.mkdtemp(prefix="lonnymq-w7-"))
-    with connect() as conn:
+    with tempfile.TemporaryDirectory(prefix="lonnymq-w7-") as tmp, connect() as conn:
+        logs = Path(tmp)
         seed(conn, system, 100)  # (which vacuums the system's tables)
         stop = threading.Event()
         holder = threading.Thread(target=_hold, args=(seconds / 4, seconds / 2, stop))
@@ -130,6 +131,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         holder.join()
         samples.append(_sample(conn, system))
         produced, consumed = pgbench_result(producers), pgbench_result(consumers)
+        latency = {kind: _latency(logs / kind, t0_epoch, seconds) for kind in ("consume", "create")}
     tables = [q.split(".")[1] for q in _watched(system)]
     live = tables[0]
     series = []
@@ -155,11 +157,8 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
     clean = phase(10, seconds / 4)
     held = phase(seconds / 4 + 10, 3 * seconds / 4)
     after = phase(3 * seconds / 4 + 10, seconds)
-    latency = {kind: _latency(logs / kind, t0_epoch, seconds) for kind in ("consume", "create")}
-    for path in logs.iterdir():
-        path.unlink()
-    logs.rmdir()
     consume = latency["consume"]
+    p99_ratio = _ratio(consume["held"]["p99"], consume["clean"]["p99"])
     result = {
         "system": system,
         "minutes": minutes,
@@ -173,7 +172,7 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         "after_ratio": after / clean if clean else None,
         # Per phase, transactions ending in it: p50 / p99 latency in ms, and their count.
         "latency_ms": latency,
-        "held_p99_ratio": consume["held"]["p99"] / consume["clean"]["p99"],
+        "held_p99_ratio": p99_ratio,
         "producer_progress": produced["progress"],
         "consumer_progress": consumed["progress"],
         "series": series,
@@ -182,27 +181,34 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
         f"w7 {system}: clean {clean:.0f} msg/s, held {held:.0f} ({result['held_ratio']:.2f}x), "
         f"after {after:.0f} ({result['after_ratio']:.2f}x); consumers' p99 "
         f"{consume['clean']['p99']:.1f} ms clean, {consume['held']['p99']:.1f} ms held "
-        f"({result['held_p99_ratio']:.1f}x)"
+        f"({'-' if p99_ratio is None else f'{p99_ratio:.1f}'}x)"
     )
     return result
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """a / b, or None when either is NaN (a phase with no transaction) or b is 0."""
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else None
 
 
 def _latency(prefix: Path, t0_epoch: float, seconds: float) -> dict[str, dict[str, float]]:
     """p50 and p99 latency (ms) of the transactions logged under `prefix` that ended in each
     phase (the same bounds as the throughput's: the first 10 s of each left out)."""
     rows = transaction_log(prefix)
-    bounds = {
+    bounds: dict[str, tuple[float, float]] = {
         "clean": (10, seconds / 4),
         "held": (seconds / 4 + 10, 3 * seconds / 4),
         "after": (3 * seconds / 4 + 10, seconds),
     }
     phases = {}
     for name, (lo, hi) in bounds.items():
-        values = [ms for end, ms in rows if lo < end - t0_epoch <= hi]
+        ended = [ms for end, ms in rows if lo < end - t0_epoch <= hi]
+        values = [ms for ms in ended if ms is not None]
         phases[name] = {
             "p50": percentile(values, 50),
             "p99": percentile(values, 99),
             "transactions": len(values),
+            "failed": len(ended) - len(values),
         }
     return phases
 
