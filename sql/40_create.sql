@@ -328,8 +328,11 @@ BEGIN
                WHERE pg_catalog.length(k) = 0 OR pg_catalog.length(k) > 512) THEN
         PERFORM lonnymq._invalid('dedup_key must be 1 to 512 characters long, or NULL');
     END IF;
+    -- (The first element that fails either check, in ms as _publish computes
+    -- them: one at the bound itself is valid and must not hide a later one.)
     SELECT t INTO v_bad FROM pg_catalog.unnest(message_create_batch.dequeue_ats) t
-    WHERE NOT pg_catalog.isfinite(t) OR t >= '100000-01-01 00:00:00+00'::timestamptz
+    WHERE CASE WHEN NOT pg_catalog.isfinite(t) THEN true
+               ELSE pg_catalog.floor(EXTRACT(EPOCH FROM t) * 1000)::bigint > lonnymq._max_dequeue_ms() END
     LIMIT 1;
     IF v_bad IS NOT NULL THEN
         PERFORM lonnymq._check_dequeue_ms(lonnymq._ms_of(v_bad, 'dequeue_ats element'));

@@ -83,8 +83,11 @@ SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => 
 BEGIN;
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '99999-12-31 23:59:59.999+00', delay_ms => 1)$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', dequeue_at => '99999-12-31 23:59:59.999+00', delay_ms => 2)$$);
+SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a'], ARRAY['x']::bytea[], dequeue_ats => ARRAY['100000-01-01 00:00:00+00']::timestamptz[])$$);
 ROLLBACK;
 SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a'], ARRAY['x']::bytea[], dequeue_ats => ARRAY['200000-01-01']::timestamptz[])$$);
+-- An element at the bound itself (valid) does not hide a later one past it.
+SELECT pg_temp.try($$SELECT lonnymq.message_create_batch('q', ARRAY['a', 'b'], ARRAY['x', 'y']::bytea[], dequeue_ats => ARRAY['100000-01-01 00:00:00+00', '200000-01-01']::timestamptz[])$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', priority => -1)$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', priority => 40000)$$);
 SELECT pg_temp.try($$SELECT lonnymq.message_create('q', 'c', 'x', priority => 1, delay_ms => 5)$$);
