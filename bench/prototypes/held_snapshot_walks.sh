@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Workload 7's cause, statement by statement: what each statement of a dequeue and a complete
 # reads (shared buffers per call, pg_stat_statements with nested statements tracked) over
-# 10 s of two consumers, first after 90 s of traffic with nothing held, then after 90 s of
-# traffic while another session holds a REPEATABLE READ snapshot (as workload 7 does). Each
-# measurement starts with 5,000 messages more on the 100 channels, so the consumers claim.
+# 10 s of two consumers, then what each statement of a create reads over 10 s of one
+# producer (since session 20), first after 90 s of traffic with nothing held, then after
+# 90 s of traffic while another session holds a REPEATABLE READ snapshot (as workload 7
+# does). Each measurement starts with 5,000 messages more on the 100 channels, so the
+# consumers claim.
 #
 #   bench/cluster start
 #   bench/prototypes/held_snapshot_walks.sh > bench/results/NAME.txt      # ~4 minutes
@@ -31,12 +33,12 @@ traffic() {
     "${pgbench[@]}" -c 4 -j 2 -T 90 -R 800 -f "$scripts/lonnymq_consume.sql" \
         -f "$scripts/lonnymq_create.sql" "$db" >/dev/null
 }
-measure() {
-    echo "dead versions: $("${psql[@]}" -d $db -c "SELECT string_agg(relname || ' ' || n_dead_tup, ', ' ORDER BY relname) FROM pg_stat_user_tables WHERE schemaname = 'lonnymq' AND relname IN ('channel', 'message', 'channel_hint')")"
-    more 5000
+# 10 s of CLIENTS running SCRIPT, then what each statement read per call.
+#   statements CLIENTS SCRIPT
+statements() {
     "${psql[@]}" -d $db -c "SELECT pg_stat_statements_reset()" >/dev/null
-    PGOPTIONS="-c pg_stat_statements.track=all" "${pgbench[@]}" -c 2 -j 2 -T 10 \
-        -f "$scripts/lonnymq_consume.sql" "$db" | grep "number of transactions actually processed"
+    echo "$2, $1 client(s): $(PGOPTIONS="-c pg_stat_statements.track=all" "${pgbench[@]}" -c "$1" -j "$1" \
+        -T 10 -f "$scripts/$2" "$db" | grep "number of transactions actually processed")"
     echo "calls | buffers per call | ms per call | statement"
     "${psql[@]}" -d $db -F ' | ' -c "
         SELECT calls, round((shared_blks_hit + shared_blks_read)::numeric / calls, 1),
@@ -45,6 +47,12 @@ measure() {
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db') AND calls >= 20
           AND query !~ 'pg_stat_statements_reset'
         ORDER BY shared_blks_hit + shared_blks_read DESC LIMIT 12"
+}
+measure() {
+    echo "dead versions: $("${psql[@]}" -d $db -c "SELECT string_agg(relname || ' ' || n_dead_tup, ', ' ORDER BY relname) FROM pg_stat_user_tables WHERE schemaname = 'lonnymq' AND relname IN ('channel', 'message', 'channel_hint')")"
+    more 5000
+    statements 2 lonnymq_consume.sql
+    statements 1 lonnymq_create.sql
     # The probe's two walks on their own: due hints, and expired locks (lonnymq_consume.sql
     # locks for 30 s, so every message claimed more than 30 s ago and completed since is a
     # dead entry at the front of message_locked_idx).
@@ -65,7 +73,7 @@ measure
 echo
 echo "== a snapshot held from before 90 s of traffic, then 10 s of two consumers"
 "${psql[@]}" -d $db -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM lonnymq.queue" \
-    -c "SELECT pg_sleep(140)" -c "COMMIT" >/dev/null &
+    -c "SELECT pg_sleep(160)" -c "COMMIT" >/dev/null &
 holder=$!
 sleep 2
 traffic
