@@ -338,23 +338,13 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._ms_of(timestamptz, text) IS 'Milliseconds of a finite timestamp, 22023 otherwise.';
 
--- The latest dequeue time a message may have (dequeue_at plus delay_ms):
--- the start of the year 100000. Later times would overflow the interval
--- arithmetic of the views. (A constant in SQL: inlined into the caller's
--- expression, so checking against it costs no call.)
-CREATE OR REPLACE FUNCTION lonnymq._max_dequeue_ms() RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT 3093527980800000::bigint
-$$;
-COMMENT ON FUNCTION lonnymq._max_dequeue_ms() IS 'The latest dequeue time, in ms: the year 100000.';
-
--- Rejects a computed dequeue time beyond _max_dequeue_ms().
+-- Rejects a computed dequeue time (dequeue_at plus delay_ms) beyond the year
+-- 100000: later times would overflow the interval arithmetic of the views.
 CREATE OR REPLACE FUNCTION lonnymq._check_dequeue_ms(p_dequeue_ms bigint) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    IF p_dequeue_ms > lonnymq._max_dequeue_ms() THEN
+    IF p_dequeue_ms > 3093527980800000 THEN
         RAISE EXCEPTION 'lonnymq: dequeue_at plus delay_ms must be before the year 100000'
             USING ERRCODE = '22023';
     END IF;
@@ -1315,12 +1305,9 @@ BEGIN
     IF message_create.priority > 0 THEN
         v_dequeue_ms := lonnymq._now_ms() - message_create.priority::bigint * 281474976710656;
     ELSE
-        v_dequeue_ms := coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
-                                 lonnymq._now_ms()) + message_create.delay_ms;
-        -- (The bound compared here, a constant; the check only runs to raise.)
-        IF v_dequeue_ms > lonnymq._max_dequeue_ms() THEN
-            PERFORM lonnymq._check_dequeue_ms(v_dequeue_ms);
-        END IF;
+        v_dequeue_ms := lonnymq._check_dequeue_ms(
+            coalesce(pg_catalog.floor(EXTRACT(EPOCH FROM message_create.dequeue_at) * 1000)::bigint,
+                     lonnymq._now_ms()) + message_create.delay_ms);
     END IF;
 
     -- The queue and the channel, pinned (see _pin_channel; in the same
@@ -1467,11 +1454,8 @@ BEGIN
                WHERE pg_catalog.length(k) = 0 OR pg_catalog.length(k) > 512) THEN
         PERFORM lonnymq._invalid('dedup_key must be 1 to 512 characters long, or NULL');
     END IF;
-    -- (The first element that fails either check, in ms as _publish computes
-    -- them: one at the bound itself is valid and must not hide a later one.)
     SELECT t INTO v_bad FROM pg_catalog.unnest(message_create_batch.dequeue_ats) t
-    WHERE CASE WHEN NOT pg_catalog.isfinite(t) THEN true
-               ELSE pg_catalog.floor(EXTRACT(EPOCH FROM t) * 1000)::bigint > lonnymq._max_dequeue_ms() END
+    WHERE NOT pg_catalog.isfinite(t) OR t >= '100000-01-01 00:00:00+00'::timestamptz
     LIMIT 1;
     IF v_bad IS NOT NULL THEN
         PERFORM lonnymq._check_dequeue_ms(lonnymq._ms_of(v_bad, 'dequeue_ats element'));

@@ -84,3 +84,6 @@ RESET check_function_bodies;
 -- From 1.8.
 \set from '1.8'
 \i test/upgrade_route.psql
+-- From 1.9.
+\set from '1.9'
+\i test/upgrade_route.psql
