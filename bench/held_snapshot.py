@@ -151,12 +151,11 @@ def run(minutes: float, synchronous_commit: str = "on", system: str = "lonnymq")
             }
         )
 
-    def phase(lo: float, hi: float) -> float:
-        return median([s["completed_per_s"] for s in series if lo < s["t"] <= hi])
-
-    clean = phase(10, seconds / 4)
-    held = phase(seconds / 4 + 10, 3 * seconds / 4)
-    after = phase(3 * seconds / 4 + 10, seconds)
+    rates = {
+        name: median([s["completed_per_s"] for s in series if lo < s["t"] <= hi])
+        for name, (lo, hi) in _phases(seconds).items()
+    }
+    clean, held, after = rates["clean"], rates["held"], rates["after"]
     consume = latency["consume"]
     p99_ratio = _ratio(consume["held"]["p99"], consume["clean"]["p99"])
     result = {
@@ -191,17 +190,22 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else None
 
 
-def _latency(prefix: Path, t0_epoch: float, seconds: float) -> dict[str, dict[str, float]]:
-    """p50 and p99 latency (ms) of the transactions logged under `prefix` that ended in each
-    phase (the same bounds as the throughput's: the first 10 s of each left out)."""
-    rows = transaction_log(prefix)
-    bounds: dict[str, tuple[float, float]] = {
+def _phases(seconds: float) -> dict[str, tuple[float, float]]:
+    """Each phase of a run of `seconds` as (lo, hi] seconds from its start: before, during and
+    after the hold (the middle half), the first 10 s of each left out."""
+    return {
         "clean": (10, seconds / 4),
         "held": (seconds / 4 + 10, 3 * seconds / 4),
         "after": (3 * seconds / 4 + 10, seconds),
     }
+
+
+def _latency(prefix: Path, t0_epoch: float, seconds: float) -> dict[str, dict[str, float]]:
+    """p50 and p99 latency (ms) of the transactions logged under `prefix` that ended in each
+    phase (_phases, as the throughput is counted)."""
+    rows = transaction_log(prefix)
     phases = {}
-    for name, (lo, hi) in bounds.items():
+    for name, (lo, hi) in _phases(seconds).items():
         ended = [ms for end, ms in rows if lo < end - t0_epoch <= hi]
         values = [ms for ms in ended if ms is not None]
         phases[name] = {
