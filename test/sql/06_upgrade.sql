@@ -87,3 +87,6 @@ RESET check_function_bodies;
 -- From 1.9.
 \set from '1.9'
 \i test/upgrade_route.psql
+-- From 1.10.
+\set from '1.10'
+\i test/upgrade_route.psql
