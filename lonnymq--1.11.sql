@@ -1861,7 +1861,8 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 --   _dequeue_round        a round of free channels: lock the fairest, claim
 --                         one head each, record every turn (a round of
 --                         several: _serve_round, a statement per step; of
---                         one: _serve_channel)
+--                         one: _serve_channel; fewer channels than wanted:
+--                         _serve_quotas, as many rounds of them at once)
 --   _dequeue_channelless  the queue's channel-less messages, one more "channel"
 --   _dequeue_held         messages of channels another dequeuer holds
 -- Each step is a few plain statements, each touching a handful of rows
@@ -2133,6 +2134,40 @@ $$;
 COMMENT ON FUNCTION lonnymq._serve_channel(lonnymq.queue, lonnymq.channel, bigint, bigint, boolean)
     IS 'Dequeue round of one locked channel: its head claimed and returned, its turn recorded.';
 
+-- How many messages each channel of a round takes (_serve_round's quotas):
+-- NULL, one each, unless the round is all the free channels there are
+-- (fewer than p_want) and single dequeues in a row would come back to the
+-- same channels round after round. Then each takes its share of p_want at
+-- once, the first ones in the round one more: exactly what those rounds
+-- would take from each. Only for channels whose next turn is due at once
+-- and costs nothing to count (no limit, rate or capacity, no max_attempts:
+-- see _accounted), and for a round of at most 100, one slice of
+-- _dequeue_round, whose order the quotas follow. A single dequeue of a
+-- queue with one busy channel is the case it is for: 100 messages in one
+-- claim instead of 100 rounds.
+CREATE OR REPLACE FUNCTION lonnymq._round_quotas(p_round lonnymq.channel[], p_want integer) RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_k integer := pg_catalog.cardinality(p_round);
+    v_channel lonnymq.channel;
+BEGIN
+    IF v_k NOT BETWEEN 1 AND 100 OR p_want <= v_k THEN
+        RETURN NULL;
+    END IF;
+    FOREACH v_channel IN ARRAY p_round LOOP
+        IF v_channel.max_attempts IS NOT NULL
+           OR lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    RETURN ARRAY(SELECT p_want / v_k + (i <= p_want % v_k)::integer FROM pg_catalog.generate_series(1, v_k) AS i
+                 ORDER BY i);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._round_quotas(lonnymq.channel[], integer)
+    IS 'How many messages each channel of a round takes at once: NULL for one each.';
+
 -- A round of several channels, served as single dequeues in a row would be
 -- (see _dequeue_round), with a statement per step instead of two per channel:
 -- the heads claimed in one statement (LATERAL ... LIMIT 1: one probe of each
@@ -2233,18 +2268,130 @@ $$;
 COMMENT ON FUNCTION lonnymq._serve_round(lonnymq.queue, lonnymq.channel[], bigint, bigint, integer)
     IS 'Dequeue round of several channels: their heads claimed and their turns recorded, a statement each.';
 
+-- A round whose channels take their quotas (see _round_quotas): as many
+-- rounds of them as single dequeues in a row would make, served as
+-- _serve_round serves one, a statement per step: every channel's messages
+-- claimed in one statement (LATERAL ... LIMIT its quota), every turn
+-- recorded in another. The deliveries come in the order those rounds would
+-- make (first messages in round order, then second ones, ...); the turns,
+-- head raises and tried channels follow each channel's last round in it
+-- (for a channel with nothing to take, the first). Its channels have no
+-- max_attempts, so no dead-letter step, and are not counted.
+CREATE OR REPLACE FUNCTION lonnymq._serve_quotas(p_queue lonnymq.queue, p_round lonnymq.channel[], p_now_ms bigint,
+                                                 p_lock_ms bigint, p_raises integer, p_quotas integer[],
+                                                 OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
+                                                 OUT raised integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+    -- per channel of the round, in its order: how many it gave, and whether
+    -- its last was the channel's last due message
+    v_counts integer[];
+    v_drained boolean[];
+    v_order integer[];     -- the round's positions in order of each one's last round
+    v_at integer;
+    v_raise boolean;
+    v_head_ms bigint;
+    -- per channel served, in the order of served: its head raised, the
+    -- raised head, its turn number
+    v_raises boolean[] := '{}';
+    v_heads bigint[] := '{}';
+    v_seqs bigint[] := '{}';
+BEGIN
+    ids := '{}'; served := '{}'; tried := '{}'; raised := 0;
+    -- (The claimed rows put back in the round's order by a join of the two
+    -- lists. Whether a channel is drained is read after its last claimed
+    -- message only: the entries before it are those claimed since the last
+    -- vacuum, which a busy channel accumulates by the thousand.)
+    WITH claimed AS (
+        UPDATE lonnymq.message m
+        SET num_attempts = m.num_attempts + 1, locked_until_ms = p_now_ms + p_lock_ms
+        WHERE m.id = ANY (ARRAY(
+            SELECT h.id FROM pg_catalog.unnest(p_round) WITH ORDINALITY AS r
+            CROSS JOIN LATERAL (SELECT h.id FROM lonnymq.message h
+                                WHERE h.queue_id = p_queue.id AND h.channel_id = r.id
+                                  AND h.locked_until_ms IS NULL AND h.dequeue_ms <= p_now_ms
+                                ORDER BY h.dequeue_ms, h.id
+                                LIMIT p_quotas[r.ordinality]
+                                FOR UPDATE SKIP LOCKED) h))
+        RETURNING m.id, m.channel_id, m.dequeue_ms
+    )
+    -- Each channel of the round with its claimed messages, numbered in order
+    -- (rank), and how many (n); one row with neither when none. Its last row
+    -- (rank = greatest(n, 1)) speaks for the channel.
+    SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.rank, k.at) FILTER (WHERE k.id IS NOT NULL), '{}'),
+           pg_catalog.array_agg(k.n::integer ORDER BY k.at) FILTER (WHERE k.last),
+           pg_catalog.array_agg(k.drained ORDER BY k.at) FILTER (WHERE k.last),
+           pg_catalog.array_agg(k.at::integer ORDER BY greatest(k.n, 1), k.at) FILTER (WHERE k.last)
+    INTO ids, v_counts, v_drained, v_order
+    FROM (SELECT k.*, k.rank = greatest(k.n, 1) AS last,
+                 CASE WHEN k.id IS NOT NULL AND k.rank = k.n
+                      THEN NOT EXISTS (SELECT 1 FROM lonnymq.message o
+                                       WHERE o.queue_id = p_queue.id AND o.channel_id = k.channel_id
+                                         AND o.locked_until_ms IS NULL AND o.dequeue_ms <= p_now_ms
+                                         AND (o.dequeue_ms, o.id) > (k.dequeue_ms, k.id)) END AS drained
+          FROM (SELECT r.ordinality AS at, r.id AS channel_id, k.id, k.dequeue_ms,
+                       pg_catalog.row_number() OVER (PARTITION BY r.ordinality ORDER BY k.dequeue_ms, k.id) AS rank,
+                       pg_catalog.count(k.id) OVER (PARTITION BY r.ordinality) AS n
+                FROM pg_catalog.unnest(p_round) WITH ORDINALITY AS r  -- (a row per channel: its columns, then ordinality)
+                LEFT JOIN claimed k ON k.channel_id = r.id) k) k;
+    FOREACH v_at IN ARRAY v_order LOOP
+        v_channel := p_round[v_at];
+        IF v_counts[v_at] = 0 THEN
+            PERFORM lonnymq._channel_settle_key(v_channel, p_now_ms, raised < p_raises);
+            raised := raised + 1;
+            tried := tried || v_channel.id;
+            CONTINUE;
+        END IF;
+        -- (Its head raised as in _serve_channel.)
+        v_raise := v_drained[v_at] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
+        raised := raised + v_raise::integer;
+        v_head_ms := NULL;
+        IF v_raise THEN
+            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
+            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
+            ORDER BY m.dequeue_ms, m.id
+            LIMIT 1;
+        END IF;
+        served := served || v_channel.id;
+        v_raises := v_raises || v_raise;
+        v_heads := v_heads || v_head_ms;
+        v_seqs := v_seqs || pg_catalog.nextval('lonnymq.turn_seq');  -- drawn in the order of the last rounds
+    END LOOP;
+    IF pg_catalog.cardinality(served) = 0 THEN
+        RETURN;
+    END IF;
+    -- Every turn, each row by its key, its values at its place in served
+    -- (array_position: at most 100 channels, see _round_quotas); none is
+    -- counted, so locked_count stays.
+    UPDATE lonnymq.channel c
+    SET (last_turn_ms, turn_seq, head_ms, ready_ms) = (
+        SELECT p_now_ms, t.seq, t.head_ms,
+               lonnymq._ready_ms(t.head_ms, p_now_ms, c.release_interval_ms, c.locked_count, c.max_concurrency, t.seq)
+        FROM (SELECT v_seqs[p.n] AS seq, CASE WHEN v_raises[p.n] THEN v_heads[p.n] ELSE c.head_ms END AS head_ms
+              FROM (SELECT pg_catalog.array_position(served, c.id) AS n) p) t)
+    WHERE c.id = ANY (served);
+END
+$$;
+COMMENT ON FUNCTION lonnymq._serve_quotas(lonnymq.queue, lonnymq.channel[], bigint, bigint, integer, integer[])
+    IS 'Dequeue rounds of channels by quotas: their messages claimed and their turns recorded, a statement each.';
+
 -- Step 2. A round: locks up to p_want of the fairest ready channels that no
 -- other transaction holds, in one statement (only those in p_only when given,
 -- only those fairer than the channel-less key p_channelless_ms when given), then
 -- serves them in that order, one message each, recording each turn. That is
 -- what single dequeues in a row do: a channel served gets a key (this turn)
--- after all of them. A channel with nothing to take (a stale key, or every
+-- after all of them. When it locked fewer than p_want, those are all the
+-- free channels and the next rounds would be theirs again: they take them
+-- now, by quotas (see _round_quotas). A channel with nothing to take (a stale key, or every
 -- ready message being claimed by others) takes no turn, gets its head raised
 -- if it can be, and comes back in `tried`. At most p_raises heads are raised
 -- (each holds an advisory lock until commit, and the lock table is shared
 -- and finite); past that, heads stay early, which is safe. `raised` counts
 -- the head locks used. A round of several channels is served by
--- _serve_round, set-based; a round of one by _serve_channel.
+-- _serve_round, set-based, one with quotas by _serve_quotas; a round of one
+-- message by _serve_channel.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
                                                   p_only bigint[], p_raises integer,
@@ -2254,6 +2401,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_round lonnymq.channel[];
+    v_quotas integer[];  -- NULL: one message each (see _round_quotas; at most one slice)
     v_channel lonnymq.channel;
     v_one record;
     v_from integer;
@@ -2282,13 +2430,20 @@ BEGIN
               LIMIT p_want
               FOR NO KEY UPDATE SKIP LOCKED) r;
     END IF;
-    -- Several channels: set-based, 100 at a time (the turns' statement reads
-    -- the slice's arrays once per row: a round of 10,000 channels in one
-    -- slice took 9 s, against 3.4 s one channel at a time).
-    IF pg_catalog.cardinality(v_round) > 1 THEN
+    -- Fewer channels than wanted, and no channel-less turn between rounds:
+    -- each may take its quota at once (see _round_quotas).
+    IF p_channelless_ms IS NULL AND pg_catalog.cardinality(v_round) < p_want THEN
+        v_quotas := lonnymq._round_quotas(v_round, p_want);
+    END IF;
+    -- Several channels, or quotas: set-based, 100 at a time (the turns'
+    -- statement reads the slice's arrays once per row: a round of 10,000
+    -- channels in one slice took 9 s, against 3.4 s one channel at a time).
+    IF pg_catalog.cardinality(v_round) > 1 OR v_quotas IS NOT NULL THEN
         FOR v_from IN 1 .. pg_catalog.cardinality(v_round) BY 100 LOOP
-            v_slice := lonnymq._serve_round(p_queue, v_round[v_from : v_from + 99], p_now_ms, p_lock_ms,
-                                            p_raises - raised);
+            v_slice := CASE WHEN v_quotas IS NULL
+                            THEN lonnymq._serve_round(p_queue, v_round[v_from : v_from + 99], p_now_ms, p_lock_ms,
+                                                      p_raises - raised)
+                            ELSE lonnymq._serve_quotas(p_queue, v_round, p_now_ms, p_lock_ms, p_raises, v_quotas) END;
             ids := ids || v_slice.ids;
             served := served || v_slice.served;
             tried := tried || v_slice.tried;
@@ -2603,7 +2758,7 @@ BEGIN
         v_served := v_served || v_step.served;
         v_tried := v_tried || v_step.tried;
         v_raises := v_raises - v_step.raised;
-        v_locked := pg_catalog.cardinality(v_step.ids) + pg_catalog.cardinality(v_step.tried);
+        v_locked := pg_catalog.cardinality(v_step.served) + pg_catalog.cardinality(v_step.tried);
         IF v_locked > 0 THEN
             -- A round that locked fewer channels than it wanted, and not
             -- because of the channel-less turn: every other ready channel is

@@ -87,6 +87,59 @@ SELECT string_agg(channel || ':' || convert_from(content, 'UTF8'), ' ') AS batch
 FROM lonnymq.message_dequeue('spread', 60000, max_messages => 5);
 SELECT count(*) AS remaining_batch FROM lonnymq.message_dequeue('spread', 60000, max_messages => 100);
 
+-- A batch that wants more than there are free channels is n single dequeues
+-- too, though it takes each channel's share in one claim (quotas): twin
+-- queues, one served by a batch of 9, the other by 9 single dequeues, deliver
+-- the same messages in the same order and leave the channels in the same
+-- turn order. x has plenty, y one message (drained in the first round), z
+-- two due and one an hour away (drained in the second). Then the same with a
+-- counted channel among them (max_concurrency 3), which serves one message a
+-- round, as the singles do.
+CREATE FUNCTION pg_temp.twin(p_queue text, p_limited boolean) RETURNS void LANGUAGE sql AS $$
+    SELECT lonnymq.channel_set(p_queue, 'w', max_concurrency => 3) WHERE p_limited;
+    SELECT count(*) FROM lonnymq.message_create_batch(p_queue,
+        ARRAY['x','x','x','x','x','y','z','z','w','w','w','w'],
+        ARRAY['x1','x2','x3','x4','x5','y1','z1','z2','w1','w2','w3','w4']::bytea[]);
+    SELECT lonnymq.message_create(p_queue, 'z', 'z3', dequeue_at => now() + interval '1 hour');
+$$;
+CREATE FUNCTION pg_temp.singles(p_queue text, p_n integer) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen text[] := '{}';
+    v_row record;
+BEGIN
+    FOR i IN 1 .. p_n LOOP
+        SELECT * INTO v_row FROM lonnymq.message_dequeue(p_queue, 60000, 1);
+        v_seen := v_seen || convert_from(v_row.content, 'UTF8');
+    END LOOP;
+    RETURN array_to_string(v_seen, ' ');
+END
+$$;
+CREATE FUNCTION pg_temp.turn_order(p_queue text) RETURNS text LANGUAGE sql AS $$
+    SELECT string_agg(c.name || CASE WHEN c.ready_ms IS NULL THEN '(none)'
+                                     WHEN c.ready_ms > lonnymq._now_ms() + 600000 THEN '(later)' ELSE '' END,
+                      ' ' ORDER BY c.ready_ms NULLS LAST, c.turn_seq)
+    FROM lonnymq.channel c JOIN lonnymq.queue q ON q.id = c.queue_id WHERE q.name = p_queue
+$$;
+SELECT pg_temp.twin('quota_batch', false), pg_temp.twin('quota_singles', false);
+SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('quota_batch', 60000, 9))
+       AS batch_of_9,
+       pg_temp.singles('quota_singles', 9) AS nine_singles;
+SELECT pg_temp.turn_order('quota_batch') AS batch_turns, pg_temp.turn_order('quota_singles') AS singles_turns;
+SELECT pg_temp.twin('counted_batch', true), pg_temp.twin('counted_singles', true);
+SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('counted_batch', 60000, 9))
+       AS batch_of_9,
+       pg_temp.singles('counted_singles', 9) AS nine_singles;
+SELECT pg_temp.turn_order('counted_batch') AS batch_turns, pg_temp.turn_order('counted_singles') AS singles_turns;
+-- Shares that differ: 7 over three busy channels are 3, 2 and 2, and the
+-- turns follow each channel's last round (a's third message comes last).
+SELECT count(*) FROM unnest(ARRAY['shares_batch', 'shares_singles']) q,
+    lonnymq.message_create_batch(q, ARRAY['a','b','c','a','b','c','a','b','c','a'],
+        ARRAY['a1','b1','c1','a2','b2','c2','a3','b3','c3','a4']::bytea[]);
+SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('shares_batch', 60000, 7))
+       AS batch_of_7,
+       pg_temp.singles('shares_singles', 7) AS seven_singles;
+SELECT pg_temp.turn_order('shares_batch') AS batch_turns, pg_temp.turn_order('shares_singles') AS singles_turns;
+
 -- max_concurrency: a saturated channel is skipped, others are served.
 SELECT max_concurrency FROM lonnymq.channel_set('limits', 'one-at-a-time', max_concurrency => 1);
 SELECT count(*) FROM lonnymq.message_create_batch('limits', ARRAY['one-at-a-time','one-at-a-time','one-at-a-time','other','other'],

@@ -41,6 +41,8 @@ FROM lonnymq.message WHERE queue_id = (pg_temp.q()).id ORDER BY id;
 ROLLBACK;
 
 -- p_only restricts the round to the given channels; p_tried passes over them.
+-- c, the only channel left, is all there is for the 3 wanted: it takes its
+-- quota at once (see _round_quotas), both of its messages.
 BEGIN;
 SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served
 FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 3, NULL,
@@ -98,6 +100,51 @@ FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name = 'a';
 SELECT convert_from(content, 'UTF8') AS content, num_attempts, locked_until_ms IS NOT NULL AS locked
 FROM lonnymq.message WHERE queue_id = (pg_temp.q()).id AND channel_id IS NOT NULL ORDER BY id;
 ROLLBACK;
+-- _round_quotas: how many each channel of a round takes when the round is
+-- fewer channels than wanted. 8 over three: 3, 3, 2 (the first ones one
+-- more); none when the round holds as many as wanted, when a channel is
+-- counted (its next turn is not due at once) or has max_attempts, or past
+-- one slice of 100 channels.
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id ORDER BY c.name),
+                             8) AS eight_over_three,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 3) AS three,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 1) AS one;
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
+                                   AND c.name = 'a'), 5) AS five_over_one,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 0) AS none_wanted;
+BEGIN;
+UPDATE lonnymq.channel SET max_concurrency = 10 WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8) AS counted;
+ROLLBACK;
+BEGIN;
+UPDATE lonnymq.channel SET max_attempts = 5 WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8)
+    AS with_max_attempts;
+ROLLBACK;
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c, generate_series(1, 34)
+                                   WHERE c.queue_id = (pg_temp.q()).id), 500) AS past_one_slice;
+
+-- _serve_quotas: the round c, a, b takes 3, 2 and 2. c gives both
+-- of its messages, a its one due message, b none (both an hour away). The
+-- deliveries come round by round (c1 a1, then c2); b's empty turn is in the
+-- first round, a's last turn too, c's in the second: served a then c, b
+-- tried, and a's and c's heads raised (both drained: a's to a2, an hour
+-- away; c has nothing left), three head locks.
+BEGIN;
+UPDATE lonnymq.message SET dequeue_ms = dequeue_ms + 3600000
+WHERE content IN ('a2', 'b1', 'b2') AND queue_id = (pg_temp.q()).id;
+SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served,
+       pg_temp.names(r.tried) AS tried, r.raised
+FROM lonnymq._serve_quotas(pg_temp.q(),
+                           ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
+                                 ORDER BY pg_catalog.array_position(ARRAY['c', 'a', 'b'], c.name)),
+                           lonnymq._now_ms(), 60000, 256, ARRAY[3, 2, 2]) r;
+SELECT string_agg(name, ' ' ORDER BY turn_seq) AS turns_in_order
+FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name IN ('a', 'c');
+SELECT name, head_ms > lonnymq._now_ms() + 3000000 AS head_an_hour_away, ready_ms IS NULL AS none_ready
+FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name IN ('a', 'c') ORDER BY name;
+ROLLBACK;
+
 -- A round of more than 100 channels is served 100 at a time, in order: a
 -- batch over 150 fresh channels takes one message of each in the round's order
 -- (their keys tie, so by id) and numbers their turns in that order, across
