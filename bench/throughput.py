@@ -249,7 +249,7 @@ def _top_statements(conn: Any) -> list[dict[str, Any]]:
     """Where the server spent its time (pg_stat_statements, nested statements included)."""
     rows = conn.execute(
         "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 4), "
-        "       shared_blks_hit + shared_blks_read, "
+        "       shared_blks_hit + shared_blks_read, rows, "
         "       left(regexp_replace(query, '\\s+', ' ', 'g'), 300) "
         "FROM pg_stat_statements "
         "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
@@ -261,7 +261,8 @@ def _top_statements(conn: Any) -> list[dict[str, Any]]:
             "total_ms": float(r[1]),
             "mean_ms": float(r[2]),
             "blocks": r[3],
-            "query": r[4],
+            "rows": r[4],
+            "query": r[5],
         }
         for r in rows
     ]
