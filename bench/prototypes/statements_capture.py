@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import common  # noqa: E402
-import throughput  # noqa: E402
+import common
+import throughput
 
 
 def main() -> None:
@@ -36,19 +36,36 @@ def main() -> None:
     setup = common.prepare_database()
     if args.definitions:
         subprocess.run(
-            [str(common.PGBIN / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", common.DSN, "-f", str(args.definitions)],
+            [
+                str(common.PGBIN / "psql"),
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                common.DSN,
+                "-f",
+                str(args.definitions),
+            ],
             check=True,
         )
     results = []
     for system in args.systems.split(","):
-        result = throughput.run_once(system, args.workload, "on", args.seconds, capture_statements=True)
+        result = throughput.run_once(
+            system, args.workload, "on", args.seconds, capture_statements=True
+        )
         results.append(result)
         common.log(f"{system}: {result['messages_per_s']:.0f} msg/s")
         for s in result["top_statements"][:16]:
-            print(f"  {s['calls']:8d} {s['rows']:9d} {s['total_ms']:10.1f} {s['mean_ms']:8.3f}  {s['query'][:90]}")
+            counts = f"{s['calls']:8d} {s['rows']:9d} {s['total_ms']:10.1f} {s['mean_ms']:8.3f}"
+            print(f"  {counts}  {s['query'][:90]}")
     common.write_json(
         f"statements-{args.name}.json",
-        {"setup": setup, "definitions": str(args.definitions or ""), "workload": args.workload, "runs": results},
+        {
+            "setup": setup,
+            "definitions": str(args.definitions or ""),
+            "workload": args.workload,
+            "runs": results,
+        },
     )
 
 
