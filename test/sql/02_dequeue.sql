@@ -139,6 +139,34 @@ SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.messa
        AS batch_of_7,
        pg_temp.singles('shares_singles', 7) AS seven_singles;
 SELECT pg_temp.turn_order('shares_batch') AS batch_turns, pg_temp.turn_order('shares_singles') AS singles_turns;
+-- At REPEATABLE READ no head rises (see _take_head_lock), so a channel
+-- drained before its share would come round again, tried between the
+-- others' messages: there the batch takes its rounds one at a time, like the
+-- singles. a has 2 messages, b 5, c 6; 8 wanted.
+SELECT count(*) FROM unnest(ARRAY['rr_batch', 'rr_singles']) q,
+    lonnymq.message_create_batch(q, ARRAY['a','b','c','a','b','c','b','c','b','c','b','c','c'],
+        ARRAY['a1','b1','c1','a2','b2','c2','b3','c3','b4','c4','b5','c5','c6']::bytea[]);
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT string_agg(convert_from(content, 'UTF8'), ' ') AS batch_of_8 FROM lonnymq.message_dequeue('rr_batch', 60000, 8);
+COMMIT;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_temp.singles('rr_singles', 8) AS eight_singles;
+COMMIT;
+SELECT pg_temp.turn_order('rr_batch') AS batch_turns, pg_temp.turn_order('rr_singles') AS singles_turns;
+-- max_attempts: x1 comes back deferred out of attempts; the next dequeue
+-- dead-letters it before delivering x2, in a batch as in single dequeues (no
+-- quotas for such a channel: its dead-letter step runs every round).
+CREATE FUNCTION pg_temp.dying(p_queue text) RETURNS text LANGUAGE sql AS $$
+    SELECT lonnymq.channel_set(p_queue, 'x', max_attempts => 1);
+    SELECT count(*) FROM lonnymq.message_create_batch(p_queue, ARRAY['x','x','x','y'], ARRAY['x1','x2','x3','y1']::bytea[]);
+    SELECT lonnymq.message_defer(d.id, d.num_attempts) FROM lonnymq.message_dequeue(p_queue, 60000, 1) d;
+$$;
+SELECT pg_temp.dying('dying_batch') AS batch_defer, pg_temp.dying('dying_singles') AS singles_defer;
+SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('dying_batch', 60000, 4))
+       AS batch_of_4,
+       pg_temp.singles('dying_singles', 4) AS four_singles;
+SELECT queue, string_agg(convert_from(content, 'UTF8') || ':' || outcome, ' ') AS archived
+FROM lonnymq.message_archive WHERE queue IN ('dying_batch', 'dying_singles') GROUP BY queue ORDER BY queue;
 
 -- max_concurrency: a saturated channel is skipped, others are served.
 SELECT max_concurrency FROM lonnymq.channel_set('limits', 'one-at-a-time', max_concurrency => 1);

@@ -104,25 +104,36 @@ ROLLBACK;
 -- fewer channels than wanted. 8 over three: 3, 3, 2 (the first ones one
 -- more); none when the round holds as many as wanted, when a channel is
 -- counted (its next turn is not due at once) or has max_attempts, or past
--- one slice of 100 channels.
+-- one slice of 100 channels (the last argument: head locks left).
 SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id ORDER BY c.name),
-                             8) AS eight_over_three,
-       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 3) AS three,
-       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 1) AS one;
+                             8, 256) AS eight_over_three,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 3, 256) AS three,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 1, 256) AS one;
 SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
-                                   AND c.name = 'a'), 5) AS five_over_one,
-       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 0) AS none_wanted;
+                                   AND c.name = 'a'), 5, 256) AS five_over_one,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 0, 256) AS none_wanted;
 BEGIN;
 UPDATE lonnymq.channel SET max_concurrency = 10 WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
-SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8) AS counted;
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8, 256) AS counted;
 ROLLBACK;
 BEGIN;
 UPDATE lonnymq.channel SET max_attempts = 5 WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
-SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8)
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8, 256)
     AS with_max_attempts;
 ROLLBACK;
 SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c, generate_series(1, 34)
-                                   WHERE c.queue_id = (pg_temp.q()).id), 500) AS past_one_slice;
+                                   WHERE c.queue_id = (pg_temp.q()).id), 500, 256) AS past_one_slice;
+-- None either with fewer head locks left than channels (a drained channel
+-- whose head cannot rise would come round again), or outside READ COMMITTED
+-- (where no head rises).
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8, 2)
+    AS two_head_locks_left,
+       lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8, 3)
+    AS three_left;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT lonnymq._round_quotas(ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id), 8, 256)
+    AS repeatable_read;
+ROLLBACK;
 
 -- _serve_quotas: the round c, a, b takes 3, 2 and 2. c gives both
 -- of its messages, a its one due message, b none (both an hour away). The
