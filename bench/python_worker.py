@@ -8,10 +8,11 @@ messages), CPU per job (from /proc) of the whole server, of the consumers' own b
 and of the consumer processes. Systems, interleaved in every
 round (reverse order every other round):
 
-- ``lonnymq``: the Worker with its defaults, messages on 100 channels;
+- ``lonnymq``: the Worker with its defaults, messages on 100 channels (BENCH_WORKER_CHANNELS=N,
+  1-1000, spreads them over N instead: the goal row is for 100, any other count is context);
 - ``lonnymq_channelless``: the same with channel-less messages;
 - ``lonnymq_baseline`` (only with BENCH_WORKER_BASELINE=<git rev>): the Worker of that
-  revision (its python/src, via PYTHONPATH), on 100 channels, against today's SQL;
+  revision (its python/src, via PYTHONPATH), on the same channels, against today's SQL;
 - ``pgmq``: the PGMQ consumer (when the peer is loaded).
 """
 
@@ -34,7 +35,9 @@ QUEUE = "bench_worker"
 PROCESSES = 2
 SLOTS = 8
 BACKLOG = 2000
-CHANNELS = 100
+CHANNELS = int(os.environ.get("BENCH_WORKER_CHANNELS", "100"))
+if not 1 <= CHANNELS <= 1000:
+    raise SystemExit("BENCH_WORKER_CHANNELS must be 1-1000")
 WARMUP_S = 2.0
 TOP_UP_S = 0.02
 APPLICATION = "bench-worker-consumer"  # PGAPPNAME of the consumers, to find their backends
