@@ -82,6 +82,11 @@ FROM lonnymq._dequeue_round(pg_temp.q(), lonnymq._now_ms(), 60000, 1, NULL, '{}'
 SELECT head_ms <= lonnymq._now_ms() AS head_stays FROM lonnymq.channel WHERE name = 'b' AND queue_id = (pg_temp.q()).id;
 ROLLBACK;
 
+-- The round c, a, b (not the channels' id order), as a round step gets it.
+CREATE FUNCTION pg_temp.round_cab() RETURNS lonnymq.channel[] LANGUAGE sql AS $$
+    SELECT ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
+                 ORDER BY pg_catalog.array_position(ARRAY['c', 'a', 'b'], c.name))
+$$;
 -- _serve_round, a round of several channels (a round of one is served by
 -- _serve_channel, below): every head claimed in one statement, every turn in
 -- another, in the round's order as given (c, a, b here, not the channels'
@@ -93,9 +98,7 @@ WHERE content IN ('a2', 'b1', 'b2') AND queue_id = (pg_temp.q()).id;
 SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served,
        pg_temp.names(r.tried) AS tried, r.raised
 FROM lonnymq._serve_round(pg_temp.q(),
-                          ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
-                                ORDER BY pg_catalog.array_position(ARRAY['c', 'a', 'b'], c.name)),
-                          lonnymq._now_ms(), 60000, 256) r;
+                          pg_temp.round_cab(), lonnymq._now_ms(), 60000, 256) r;
 -- The turns are numbered in the round's order; a's key is its raised head.
 SELECT string_agg(name, ' ' ORDER BY turn_seq) AS turns_in_order
 FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name IN ('a', 'c');
@@ -151,9 +154,7 @@ WHERE content IN ('a2', 'b1', 'b2') AND queue_id = (pg_temp.q()).id;
 SELECT pg_temp.contents(r.ids) AS claimed, pg_temp.names(r.served) AS served,
        pg_temp.names(r.tried) AS tried, r.raised
 FROM lonnymq._serve_quotas(pg_temp.q(),
-                           ARRAY(SELECT c FROM lonnymq.channel c WHERE c.queue_id = (pg_temp.q()).id
-                                 ORDER BY pg_catalog.array_position(ARRAY['c', 'a', 'b'], c.name)),
-                           lonnymq._now_ms(), 60000, 256, ARRAY[3, 2, 2]) r;
+                           pg_temp.round_cab(), lonnymq._now_ms(), 60000, 256, ARRAY[3, 2, 2]) r;
 SELECT string_agg(name, ' ' ORDER BY turn_seq) AS turns_in_order
 FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name IN ('a', 'c');
 SELECT name, head_ms > lonnymq._now_ms() + 3000000 AS head_an_hour_away, ready_ms IS NULL AS none_ready
