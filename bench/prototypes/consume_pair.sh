@@ -21,9 +21,7 @@ definitions=$1
 rounds=${2:-4}
 batch=${3:-100}
 name=${4:-consume-pair}
-channels=${PAIR_CHANNELS:-100}
-[[ $channels =~ ^[0-9]+$ ]] && [ "$channels" -ge 1 ] && [ "$channels" -le 1000 ] \
-    || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
+pair_channels
 [[ $batch =~ ^[0-9]+$ ]] && [ "$batch" -ge 1 ] && [ "$batch" -le 1000 ] \
     || { echo "BATCH must be 1-1000" >&2; exit 2; }
 psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)

@@ -24,7 +24,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 definitions=$1
 rounds=${2:-5}
 name=${3:-lifecycle-pair}
-channels=${PAIR_CHANNELS:-100}
 sync=${PAIR_SYNC:-off}
 batch=${PAIR_BATCH:-1}
 [[ $batch =~ ^[0-9]+$ ]] && [ "$batch" -ge 1 ] && [ "$batch" -le 1000 ] \
@@ -36,8 +35,7 @@ if [ "$batch" -gt 1 ]; then
     kind=_batch calls=(message_dequeue message_complete_batch message_create_batch) seeded=$((20 * batch))
 fi
 [[ $sync =~ ^(on|off)$ ]] || { echo "PAIR_SYNC must be on or off" >&2; exit 2; }
-[[ $channels =~ ^[0-9]+$ ]] && [ "$channels" -ge 1 ] && [ "$channels" -le 1000 ] \
-    || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
+pair_channels
 peers=${LONNYMQ_PEERS_DIR:-$here/../../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../../$peers
 psql=("$PGBIN/psql" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -X -q -A -t -v ON_ERROR_STOP=1)

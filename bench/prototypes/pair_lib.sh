@@ -25,3 +25,11 @@ pair_databases() {
     done
     "${psql[@]}" -d lp_b -f "$1"
 }
+
+# PAIR_CHANNELS (1-1000, default 100: how many channels the messages are spread over) into
+# $channels, or exit 2.
+pair_channels() {
+    channels=${PAIR_CHANNELS:-100}
+    [[ $channels =~ ^[0-9]+$ ]] && [ "$channels" -ge 1 ] && [ "$channels" -le 1000 ] \
+        || { echo "PAIR_CHANNELS must be 1-1000" >&2; exit 2; }
+}

@@ -4,7 +4,10 @@
 \i test/prelude.psql
 -- Dequeues n messages one call at a time and completes each: the sequence of
 -- (channel:content) a single worker would see.
-CREATE FUNCTION pg_temp.drain(p_queue text, p_n integer) RETURNS text LANGUAGE plpgsql AS $$
+-- p_n single dequeues in a row, each delivery completed (unless p_complete
+-- is false); the deliveries seen, "channel:content".
+CREATE FUNCTION pg_temp.drain(p_queue text, p_n integer, p_complete boolean DEFAULT true) RETURNS text
+LANGUAGE plpgsql AS $$
 DECLARE
     v_seen text[] := '{}';
     v_row record;
@@ -13,7 +16,9 @@ BEGIN
         SELECT * INTO v_row FROM lonnymq.message_dequeue(p_queue, 60000);
         EXIT WHEN v_row.id IS NULL;
         v_seen := v_seen || (coalesce(v_row.channel, '-') || ':' || convert_from(v_row.content, 'UTF8'));
-        PERFORM lonnymq.message_complete(v_row.id, v_row.num_attempts);
+        IF p_complete THEN
+            PERFORM lonnymq.message_complete(v_row.id, v_row.num_attempts);
+        END IF;
     END LOOP;
     RETURN array_to_string(v_seen, ' ');
 END $$;
@@ -102,17 +107,11 @@ CREATE FUNCTION pg_temp.twin(p_queue text, p_limited boolean) RETURNS void LANGU
         ARRAY['x1','x2','x3','x4','x5','y1','z1','z2','w1','w2','w3','w4']::bytea[]);
     SELECT lonnymq.message_create(p_queue, 'z', 'z3', dequeue_at => now() + interval '1 hour');
 $$;
-CREATE FUNCTION pg_temp.singles(p_queue text, p_n integer) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_seen text[] := '{}';
-    v_row record;
-BEGIN
-    FOR i IN 1 .. p_n LOOP
-        SELECT * INTO v_row FROM lonnymq.message_dequeue(p_queue, 60000, 1);
-        v_seen := v_seen || convert_from(v_row.content, 'UTF8');
-    END LOOP;
-    RETURN array_to_string(v_seen, ' ');
-END
+-- One batch dequeue of p_n; the deliveries as pg_temp.drain shows them.
+CREATE FUNCTION pg_temp.batch(p_queue text, p_n integer) RETURNS text LANGUAGE sql AS $$
+    SELECT string_agg(coalesce(d.channel, '-') || ':' || convert_from(d.content, 'UTF8'), ' ' ORDER BY d.n)
+    FROM lonnymq.message_dequeue(p_queue, 60000, p_n)
+         WITH ORDINALITY AS d(id, channel, content, state, num_attempts, dequeue_at, recovered, n)
 $$;
 CREATE FUNCTION pg_temp.turn_order(p_queue text) RETURNS text LANGUAGE sql AS $$
     SELECT string_agg(c.name || CASE WHEN c.ready_ms IS NULL THEN '(none)'
@@ -121,23 +120,20 @@ CREATE FUNCTION pg_temp.turn_order(p_queue text) RETURNS text LANGUAGE sql AS $$
     FROM lonnymq.channel c JOIN lonnymq.queue q ON q.id = c.queue_id WHERE q.name = p_queue
 $$;
 SELECT pg_temp.twin('quota_batch', false), pg_temp.twin('quota_singles', false);
-SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('quota_batch', 60000, 9))
-       AS batch_of_9,
-       pg_temp.singles('quota_singles', 9) AS nine_singles;
+SELECT pg_temp.batch('quota_batch', 9) AS batch_of_9,
+       pg_temp.drain('quota_singles', 9, false) AS nine_singles;
 SELECT pg_temp.turn_order('quota_batch') AS batch_turns, pg_temp.turn_order('quota_singles') AS singles_turns;
 SELECT pg_temp.twin('counted_batch', true), pg_temp.twin('counted_singles', true);
-SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('counted_batch', 60000, 9))
-       AS batch_of_9,
-       pg_temp.singles('counted_singles', 9) AS nine_singles;
+SELECT pg_temp.batch('counted_batch', 9) AS batch_of_9,
+       pg_temp.drain('counted_singles', 9, false) AS nine_singles;
 SELECT pg_temp.turn_order('counted_batch') AS batch_turns, pg_temp.turn_order('counted_singles') AS singles_turns;
 -- Shares that differ: 7 over three busy channels are 3, 2 and 2, and the
 -- turns follow each channel's last round (a's third message comes last).
 SELECT count(*) FROM unnest(ARRAY['shares_batch', 'shares_singles']) q,
     lonnymq.message_create_batch(q, ARRAY['a','b','c','a','b','c','a','b','c','a'],
         ARRAY['a1','b1','c1','a2','b2','c2','a3','b3','c3','a4']::bytea[]);
-SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('shares_batch', 60000, 7))
-       AS batch_of_7,
-       pg_temp.singles('shares_singles', 7) AS seven_singles;
+SELECT pg_temp.batch('shares_batch', 7) AS batch_of_7,
+       pg_temp.drain('shares_singles', 7, false) AS seven_singles;
 SELECT pg_temp.turn_order('shares_batch') AS batch_turns, pg_temp.turn_order('shares_singles') AS singles_turns;
 -- At REPEATABLE READ no head rises (see _take_head_lock), so a channel
 -- drained before its share would come round again, tried between the
@@ -147,10 +143,10 @@ SELECT count(*) FROM unnest(ARRAY['rr_batch', 'rr_singles']) q,
     lonnymq.message_create_batch(q, ARRAY['a','b','c','a','b','c','b','c','b','c','b','c','c'],
         ARRAY['a1','b1','c1','a2','b2','c2','b3','c3','b4','c4','b5','c5','c6']::bytea[]);
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT string_agg(convert_from(content, 'UTF8'), ' ') AS batch_of_8 FROM lonnymq.message_dequeue('rr_batch', 60000, 8);
+SELECT pg_temp.batch('rr_batch', 8) AS batch_of_8;
 COMMIT;
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT pg_temp.singles('rr_singles', 8) AS eight_singles;
+SELECT pg_temp.drain('rr_singles', 8, false) AS eight_singles;
 COMMIT;
 SELECT pg_temp.turn_order('rr_batch') AS batch_turns, pg_temp.turn_order('rr_singles') AS singles_turns;
 -- max_attempts: x1 comes back deferred out of attempts; the next dequeue
@@ -162,9 +158,8 @@ CREATE FUNCTION pg_temp.dying(p_queue text) RETURNS text LANGUAGE sql AS $$
     SELECT lonnymq.message_defer(d.id, d.num_attempts) FROM lonnymq.message_dequeue(p_queue, 60000, 1) d;
 $$;
 SELECT pg_temp.dying('dying_batch') AS batch_defer, pg_temp.dying('dying_singles') AS singles_defer;
-SELECT (SELECT string_agg(convert_from(content, 'UTF8'), ' ') FROM lonnymq.message_dequeue('dying_batch', 60000, 4))
-       AS batch_of_4,
-       pg_temp.singles('dying_singles', 4) AS four_singles;
+SELECT pg_temp.batch('dying_batch', 4) AS batch_of_4,
+       pg_temp.drain('dying_singles', 4, false) AS four_singles;
 SELECT queue, string_agg(convert_from(content, 'UTF8') || ':' || outcome, ' ') AS archived
 FROM lonnymq.message_archive WHERE queue IN ('dying_batch', 'dying_singles') GROUP BY queue ORDER BY queue;
 
