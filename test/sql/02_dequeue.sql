@@ -149,13 +149,15 @@ BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT pg_temp.drain('rr_singles', 8, false) AS eight_singles;
 COMMIT;
 SELECT pg_temp.turn_order('rr_batch') AS batch_turns, pg_temp.turn_order('rr_singles') AS singles_turns;
--- max_attempts: x1 comes back deferred out of attempts; the next dequeue
--- dead-letters it before delivering x2, in a batch as in single dequeues (no
--- quotas for such a channel: its dead-letter step runs every round).
+-- max_attempts: x1 comes back deferred out of attempts, due before x2; the
+-- next dequeue dead-letters it before delivering x2, in a batch as in single
+-- dequeues (no quotas for such a channel: its dead-letter step runs every
+-- round; a share claimed in one statement would deliver x1 again).
 CREATE FUNCTION pg_temp.dying(p_queue text) RETURNS text LANGUAGE sql AS $$
     SELECT lonnymq.channel_set(p_queue, 'x', max_attempts => 1);
     SELECT count(*) FROM lonnymq.message_create_batch(p_queue, ARRAY['x','x','x','y'], ARRAY['x1','x2','x3','y1']::bytea[]);
-    SELECT lonnymq.message_defer(d.id, d.num_attempts) FROM lonnymq.message_dequeue(p_queue, 60000, 1) d;
+    SELECT lonnymq.message_defer(d.id, d.num_attempts, dequeue_at => now() - interval '1 minute')
+    FROM lonnymq.message_dequeue(p_queue, 60000, 1) d;
 $$;
 SELECT pg_temp.dying('dying_batch') AS batch_defer, pg_temp.dying('dying_singles') AS singles_defer;
 SELECT pg_temp.batch('dying_batch', 4) AS batch_of_4,
