@@ -90,3 +90,6 @@ RESET check_function_bodies;
 -- From 1.10.
 \set from '1.10'
 \i test/upgrade_route.psql
+-- From 1.11.
+\set from '1.11'
+\i test/upgrade_route.psql

@@ -1,0 +1,6 @@
+-- ===========================================================================
+-- lonnymq 1.11 -> 1.12: the hand-written part of the update (what replaying
+-- sql/ cannot do). Nothing is dropped or changed in place here; the replayed
+-- definitions follow.
+-- ===========================================================================
+\echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.12'" to load this file. \quit
