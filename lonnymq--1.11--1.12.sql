@@ -1,7 +1,8 @@
 -- ===========================================================================
 -- lonnymq 1.11 -> 1.12: the hand-written part of the update (what replaying
--- sql/ cannot do). Nothing is dropped or changed in place here; the replayed
--- definitions follow.
+-- sql/ cannot do). 1.12 changes functions only and adds one: the read of a
+-- channel's head under its head lock, written once (_channel_head_ms).
+-- Nothing is dropped or changed in place here; the replayed definitions follow.
 -- ===========================================================================
 \echo Use "ALTER EXTENSION lonnymq UPDATE TO '1.12'" to load this file. \quit
 -- ===========================================================================
@@ -308,6 +309,27 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._channel_idle_ms() IS 'Idle time before an empty implicit channel is swept.';
 
+-- A channel's head: the dequeue_ms of its earliest unlocked message, NULL
+-- when it has none. Called with the channel's head lock held (see
+-- _channel_raise_head); VOLATILE, so at READ COMMITTED it reads in a
+-- snapshot taken after that lock, and sees every producer that held it.
+CREATE OR REPLACE FUNCTION lonnymq._channel_head_ms(p_queue_id integer, p_channel_id bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_head_ms bigint;
+BEGIN
+    SELECT m.dequeue_ms INTO v_head_ms
+    FROM lonnymq.message m
+    WHERE m.queue_id = p_queue_id AND m.channel_id = p_channel_id AND m.locked_until_ms IS NULL
+    ORDER BY m.dequeue_ms, m.id
+    LIMIT 1;
+    RETURN v_head_ms;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._channel_head_ms(integer, bigint)
+    IS 'The dequeue_ms of a channel''s earliest unlocked message, read under its head lock.';
+
 -- Recomputes a channel's head and scheduling key from the message index.
 -- The caller holds the channel row lock.
 CREATE OR REPLACE FUNCTION lonnymq._channel_refresh(p_channel_id bigint) RETURNS void
@@ -318,11 +340,7 @@ DECLARE
     v_head_ms bigint;
 BEGIN
     SELECT c.queue_id INTO v_queue_id FROM lonnymq.channel c WHERE c.id = p_channel_id;
-    SELECT m.dequeue_ms INTO v_head_ms
-    FROM lonnymq.message m
-    WHERE m.queue_id = v_queue_id AND m.channel_id = p_channel_id AND m.locked_until_ms IS NULL
-    ORDER BY m.dequeue_ms, m.id
-    LIMIT 1;
+    v_head_ms := lonnymq._channel_head_ms(v_queue_id, p_channel_id);
     UPDATE lonnymq.channel c
     SET head_ms = v_head_ms,
         ready_ms = lonnymq._ready_ms(v_head_ms, c.last_turn_ms, c.release_interval_ms,
@@ -1871,13 +1889,8 @@ BEGIN
     -- where it is, a lower bound.
     v_raise := v_drained AND p_may_raise AND lonnymq._take_head_lock(p_channel.lock_key);
     raised := v_raise::integer;
-    -- Read under the head lock, in a snapshot taken after it (as
-    -- _channel_refresh does).
     IF v_raise THEN
-        SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-        WHERE m.queue_id = p_queue.id AND m.channel_id = p_channel.id AND m.locked_until_ms IS NULL
-        ORDER BY m.dequeue_ms, m.id
-        LIMIT 1;
+        v_head_ms := lonnymq._channel_head_ms(p_queue.id, p_channel.id);
     END IF;
     -- The turn (and the raised head) in one update of the row, by its key
     -- alone: the cheapest statement there is.
@@ -2007,13 +2020,7 @@ BEGIN
         -- (Its head raised as in _dequeue_round.)
         v_raise := v_drained[v_i] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
         raised := raised + v_raise::integer;
-        v_head_ms := NULL;
-        IF v_raise THEN
-            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
+        v_head_ms := CASE WHEN v_raise THEN lonnymq._channel_head_ms(p_queue.id, v_channel.id) END;
         ids := ids || v_claimed[v_i];
         served := served || v_channel.id;
         v_raises := v_raises || v_raise;
@@ -2125,13 +2132,7 @@ BEGIN
         -- (Its head raised as in _serve_channel.)
         v_raise := v_drained[v_at] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
         raised := raised + v_raise::integer;
-        v_head_ms := NULL;
-        IF v_raise THEN
-            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
+        v_head_ms := CASE WHEN v_raise THEN lonnymq._channel_head_ms(p_queue.id, v_channel.id) END;
         served := served || v_channel.id;
         v_raises := v_raises || v_raise;
         v_heads := v_heads || v_head_ms;

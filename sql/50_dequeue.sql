@@ -263,13 +263,8 @@ BEGIN
     -- where it is, a lower bound.
     v_raise := v_drained AND p_may_raise AND lonnymq._take_head_lock(p_channel.lock_key);
     raised := v_raise::integer;
-    -- Read under the head lock, in a snapshot taken after it (as
-    -- _channel_refresh does).
     IF v_raise THEN
-        SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-        WHERE m.queue_id = p_queue.id AND m.channel_id = p_channel.id AND m.locked_until_ms IS NULL
-        ORDER BY m.dequeue_ms, m.id
-        LIMIT 1;
+        v_head_ms := lonnymq._channel_head_ms(p_queue.id, p_channel.id);
     END IF;
     -- The turn (and the raised head) in one update of the row, by its key
     -- alone: the cheapest statement there is.
@@ -399,13 +394,7 @@ BEGIN
         -- (Its head raised as in _dequeue_round.)
         v_raise := v_drained[v_i] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
         raised := raised + v_raise::integer;
-        v_head_ms := NULL;
-        IF v_raise THEN
-            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
+        v_head_ms := CASE WHEN v_raise THEN lonnymq._channel_head_ms(p_queue.id, v_channel.id) END;
         ids := ids || v_claimed[v_i];
         served := served || v_channel.id;
         v_raises := v_raises || v_raise;
@@ -517,13 +506,7 @@ BEGIN
         -- (Its head raised as in _serve_channel.)
         v_raise := v_drained[v_at] AND raised < p_raises AND lonnymq._take_head_lock(v_channel.lock_key);
         raised := raised + v_raise::integer;
-        v_head_ms := NULL;
-        IF v_raise THEN
-            SELECT m.dequeue_ms INTO v_head_ms FROM lonnymq.message m
-            WHERE m.queue_id = p_queue.id AND m.channel_id = v_channel.id AND m.locked_until_ms IS NULL
-            ORDER BY m.dequeue_ms, m.id
-            LIMIT 1;
-        END IF;
+        v_head_ms := CASE WHEN v_raise THEN lonnymq._channel_head_ms(p_queue.id, v_channel.id) END;
         served := served || v_channel.id;
         v_raises := v_raises || v_raise;
         v_heads := v_heads || v_head_ms;

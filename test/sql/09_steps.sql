@@ -161,6 +161,25 @@ SELECT name, head_ms > lonnymq._now_ms() + 3000000 AS head_an_hour_away, ready_m
 FROM lonnymq.channel WHERE queue_id = (pg_temp.q()).id AND name IN ('a', 'c') ORDER BY name;
 ROLLBACK;
 
+-- _channel_head_ms, the head a raise sets: the earliest unlocked message of
+-- the channel, due or not (a locked one does not count; an hour-away one
+-- does once nothing earlier is unlocked); NULL with none unlocked.
+BEGIN;
+SELECT status FROM lonnymq.message_create('heads', 'h', 'h1');
+SELECT status FROM lonnymq.message_create('heads', 'h', 'h2', dequeue_at => now() + interval '1 hour');
+CREATE TEMP TABLE h_ids AS
+SELECT c.queue_id, c.id AS channel_id, min(m.dequeue_ms) AS first_ms, max(m.dequeue_ms) AS later_ms
+FROM lonnymq.channel c JOIN lonnymq.message m ON m.channel_id = c.id
+JOIN lonnymq.queue q ON q.id = c.queue_id WHERE q.name = 'heads' GROUP BY c.queue_id, c.id;
+SELECT lonnymq._channel_head_ms(queue_id, channel_id) = first_ms AS first_unlocked FROM h_ids;
+UPDATE lonnymq.message m SET locked_until_ms = lonnymq._now_ms() + 60000
+FROM h_ids WHERE m.channel_id = h_ids.channel_id AND m.dequeue_ms = h_ids.first_ms;
+SELECT lonnymq._channel_head_ms(queue_id, channel_id) = later_ms AS past_the_locked FROM h_ids;
+UPDATE lonnymq.message m SET locked_until_ms = lonnymq._now_ms() + 60000
+FROM h_ids WHERE m.channel_id = h_ids.channel_id;
+SELECT lonnymq._channel_head_ms(queue_id, channel_id) IS NULL AS none_unlocked FROM h_ids;
+ROLLBACK;
+
 -- A round of more than 100 channels is served 100 at a time, in order: a
 -- batch over 150 fresh channels takes one message of each in the round's order
 -- (their keys tie, so by id) and numbers their turns in that order, across
