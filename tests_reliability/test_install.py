@@ -55,7 +55,7 @@ UNQUALIFIED = ["coalesce", "greatest", "least", "floor", "now", "format", "count
 
 
 def script_text() -> str:
-    """The install script of the version in development (lonnymq.control's default_version)."""
+    """The install script of the current version (lonnymq.control's default_version)."""
     control = (ROOT / "lonnymq.control").read_text()
     version = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.MULTILINE)
     assert version is not None
