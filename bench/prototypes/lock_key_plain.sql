@@ -11,7 +11,7 @@
 -- Dequeue time B/A, one client, single dequeues over 100 channels: rounds 1.06, 0.97, 0.96,
 -- 0.89, 1.00, 0.96 (consume-s23-lockkey-b1.csv) and 0.98, 1.01, 0.86, 1.02, 0.94, 0.97, 0.94,
 -- 0.97 (consume-s23-lockkey-b1-again.csv), medians 0.962 and 0.969; the A/A 0.95-1.03,
--- median 0.988 (consume-s23-aa-b1.csv). About 2% of a dequeue. Not kept: a plain NOT NULL
+-- median 0.988 (consume-s23-aa-b1.csv): 2-3% below the A/A, not resolved. Not kept: a plain NOT NULL
 -- column with no default breaks restoring a dump of an earlier version into this one
 -- (pg_dump leaves generated columns out of the data and CREATE EXTENSION installs the
 -- default version), and a trigger to fill it would be a new mechanism for 2%.
