@@ -2,7 +2,7 @@
 -- written by the insert (here _channel_for_create's; channel_set's would need the same)
 -- instead of a stored generated column, whose expression every UPDATE of a channel row
 -- (a turn, a settle) sets up again at executor start (ExecInitStoredGenerated, about 1.5%
--- of a single dequeue in session 19's profile). Definitions applied over an installed 1.13:
+-- of a single dequeue in session 19's profile). Definitions applied over an installed 1.12:
 --
 --   bench/cluster start
 --   bench/prototypes/consume_pair.sh bench/prototypes/lock_key_plain.sql 8 1 s23-lockkey-b1-again
