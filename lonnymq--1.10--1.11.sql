@@ -1625,7 +1625,7 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 --   _dequeue_many         everything else, the steps below composed:
 --   _dequeue_expired      redeliver messages whose lock expired
 --   _dequeue_round        a round of free channels: lock the fairest, claim
---                         a head each, record every turn (a round of
+--                         one head each, record every turn (a round of
 --                         several: _serve_round, a statement per step; of
 --                         one: _serve_channel; fewer channels than wanted:
 --                         _serve_quotas, as many rounds of them at once)
@@ -1900,34 +1900,25 @@ $$;
 COMMENT ON FUNCTION lonnymq._serve_channel(lonnymq.queue, lonnymq.channel, bigint, bigint, boolean)
     IS 'Dequeue round of one locked channel: its head claimed and returned, its turn recorded.';
 
--- How many messages each channel of a round takes (_serve_quotas' quotas):
+-- How many messages each channel of a round takes (_serve_round's quotas):
 -- NULL, one each, unless the round is all the free channels there are
 -- (fewer than p_want) and single dequeues in a row would come back to the
 -- same channels round after round. Then each takes its share of p_want at
 -- once, the first ones in the round one more: exactly what those rounds
--- would take from each. Only where those rounds are sure to go as the
--- shares assume:
--- - every channel's next turn is due at once and costs nothing to count (no
---   limit, rate or capacity, see _accounted), and none has max_attempts
---   (no dead-letter step between its messages);
--- - a channel drained before its share leaves the scheduler at once, its
---   head raised: so only at READ COMMITTED (_take_head_lock), and with a
---   head lock left for every channel (p_raises). A head it cannot raise
---   would have the channel tried again in the next round, between the
---   others' later messages, which the shares cannot place;
--- - at most 100 channels, one slice of _dequeue_round, whose order the
---   quotas follow.
--- A batch on a queue with one busy channel is the case it is for: 100
--- messages in one claim instead of 100 rounds.
-CREATE OR REPLACE FUNCTION lonnymq._round_quotas(p_round lonnymq.channel[], p_want integer, p_raises integer)
-RETURNS integer[]
-LANGUAGE plpgsql VOLATILE
+-- would take from each. Only for channels whose next turn is due at once
+-- and costs nothing to count (no limit, rate or capacity, no max_attempts:
+-- see _accounted), and for a round of at most 100, one slice of
+-- _dequeue_round, whose order the quotas follow. A single dequeue of a
+-- queue with one busy channel is the case it is for: 100 messages in one
+-- claim instead of 100 rounds.
+CREATE OR REPLACE FUNCTION lonnymq._round_quotas(p_round lonnymq.channel[], p_want integer) RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 DECLARE
     v_k integer := pg_catalog.cardinality(p_round);
     v_channel lonnymq.channel;
 BEGIN
-    IF v_k NOT BETWEEN 1 AND 100 OR p_want <= v_k OR p_raises < v_k OR NOT lonnymq._read_committed() THEN
+    IF v_k NOT BETWEEN 1 AND 100 OR p_want <= v_k THEN
         RETURN NULL;
     END IF;
     FOREACH v_channel IN ARRAY p_round LOOP
@@ -1940,7 +1931,7 @@ BEGIN
                  ORDER BY i);
 END
 $$;
-COMMENT ON FUNCTION lonnymq._round_quotas(lonnymq.channel[], integer, integer)
+COMMENT ON FUNCTION lonnymq._round_quotas(lonnymq.channel[], integer)
     IS 'How many messages each channel of a round takes at once: NULL for one each.';
 
 -- A round of several channels, served as single dequeues in a row would be
@@ -2052,12 +2043,6 @@ COMMENT ON FUNCTION lonnymq._serve_round(lonnymq.queue, lonnymq.channel[], bigin
 -- head raises and tried channels follow each channel's last round in it
 -- (for a channel with nothing to take, the first). Its channels have no
 -- max_attempts, so no dead-letter step, and are not counted.
--- Only a concurrent transaction can make it differ from those rounds: a
--- channel that gives less than its share without being drained (another
--- dequeuer holds some of its messages), or whose head a producer's head
--- lock keeps from rising, keeps the turn of its last message here and is
--- tried again by _dequeue_many's next round, after the others' shares
--- rather than between them: a difference in turn order only.
 CREATE OR REPLACE FUNCTION lonnymq._serve_quotas(p_queue lonnymq.queue, p_round lonnymq.channel[], p_now_ms bigint,
                                                  p_lock_ms bigint, p_raises integer, p_quotas integer[],
                                                  OUT ids bigint[], OUT served bigint[], OUT tried bigint[],
@@ -2172,7 +2157,7 @@ COMMENT ON FUNCTION lonnymq._serve_quotas(lonnymq.queue, lonnymq.channel[], bigi
 -- and finite); past that, heads stay early, which is safe. `raised` counts
 -- the head locks used. A round of several channels is served by
 -- _serve_round, set-based, one with quotas by _serve_quotas; a round of one
--- channel without a quota by _serve_channel.
+-- message by _serve_channel.
 CREATE OR REPLACE FUNCTION lonnymq._dequeue_round(p_queue lonnymq.queue, p_now_ms bigint, p_lock_ms bigint,
                                                   p_want integer, p_channelless_ms bigint, p_tried bigint[],
                                                   p_only bigint[], p_raises integer,
@@ -2214,7 +2199,7 @@ BEGIN
     -- Fewer channels than wanted, and no channel-less turn between rounds:
     -- each may take its quota at once (see _round_quotas).
     IF p_channelless_ms IS NULL AND pg_catalog.cardinality(v_round) < p_want THEN
-        v_quotas := lonnymq._round_quotas(v_round, p_want, p_raises);
+        v_quotas := lonnymq._round_quotas(v_round, p_want);
     END IF;
     -- Several channels, or quotas: set-based, 100 at a time (the turns'
     -- statement reads the slice's arrays once per row: a round of 10,000
@@ -2247,7 +2232,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._dequeue_round(lonnymq.queue, bigint, bigint, integer, bigint, bigint[], bigint[], integer)
-    IS 'Dequeue step: a round of the fairest free channels, one message each (or their quotas), turns recorded.';
+    IS 'Dequeue step: a round of the fairest free channels, one message each, turns recorded.';
 
 -- Step 3. The queue's channel-less messages, in (dequeue_at, id) order. With
 -- a p_turn_seq (channels compete), one message, and its turn recorded on the
