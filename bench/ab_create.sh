@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # message_create_batch of one version against the version in development, one
-# client (bench/README.md, "Full run ... s9-full").
+# client (bench/README.md, "A/B tools").
 #   bench/cluster start && bench/ab_create.sh OLD_VERSION [ROUNDS] [SECONDS]
 # Database ab_create_a has CREATE EXTENSION lonnymq VERSION 'OLD_VERSION' (a
 # released script, installed by make install), ab_create_b the default

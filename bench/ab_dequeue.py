@@ -1,6 +1,6 @@
 """A/B of a hot-path change: the server CPU of one message_dequeue under two definitions.
 
-Usage (the benchmark cluster running, see README "A/B of a hot-path change"):
+Usage (the benchmark cluster running, see bench/README.md, "A/B tools"):
     .venv/bin/python bench/ab_dequeue.py A.sql B.sql [--rounds 12] [--messages 3000] [--batch 1]
                                          [--channelless | --held] [--name NAME]
     .venv/bin/python bench/ab_dequeue.py A.sql --original [--rounds 12] ...

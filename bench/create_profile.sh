@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One client's message_create_batch against PGMQ's send_batch, statement by
-# statement (bench/README.md, "What the batch create costs, on one client").
+# statement (bench/README.md, "A/B tools").
 #   bench/cluster start && bench/create_profile.sh [SECONDS]
 # In database create_profile (made afresh): lonnymq, 100 channels whose heads
 # are set (a backlog, one dequeue run, so no hints are written), and PGMQ from
