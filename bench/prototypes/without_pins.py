@@ -6,7 +6,7 @@ with their FOR KEY SHARE row locks removed. Without them a channel_set or a swee
 interleave with a create or a settle (docs/design.md, "Locks and their order"): unsafe.
 What it bounds is the pins' whole cost on the hot path: every producer and settler of a
 busy channel locks the row a dequeuer is updating, which makes each of those locks a
-MultiXact. Reads the current version's script, so it follows sql/ once `make scripts` ran.
+MultiXact. Reads the current version's script, so it follows sql/ once `make` ran.
 
     python bench/prototypes/without_pins.py > /tmp/nopin.sql
     PAIR_CHANNELS=1 bench/prototypes/lifecycle_pair.sh /tmp/nopin.sql 6 s16-nopin-hot
