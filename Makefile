@@ -2,25 +2,26 @@
 EXTENSION   = lonnymq
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 
-# Every script is committed at the top level and installed as it is:
-#   lonnymq--X.sql       install scripts; released ones are frozen (test/released.sha256)
-#   lonnymq--A--B.sql    upgrade scripts
-# The script of the version in development, and the upgrade script into it,
-# are generated from sql/ by `make scripts`; `make check-scripts` (run before
-# installcheck, and by scripts/test) fails when a committed script is stale.
-DATA        = $(wildcard $(EXTENSION)--*.sql)
-EXTRA_CLEAN = $(EXTENSION)-*.zip
+# Released scripts are frozen (test/released.sha256) and installed as they are:
+# lonnymq--1.0.sql, and every upgrade script since in sql/released/. PostgreSQL
+# reaches any released version from 1.0 through them, so no later install
+# script is kept.
+RELEASED    = $(EXTENSION)--1.0.sql $(sort $(wildcard sql/released/$(EXTENSION)--*.sql))
+DATA        = $(RELEASED)
 
-# sql/*.sql, one purpose per file in name order, make the install script.
-# The upgrade script from the previous version is its hand-written part
-# (sql/upgrade/PREV--THIS.sql: table changes, dropped functions) followed by
-# every source file that only defines functions, views and privileges: they are
-# written CREATE OR REPLACE so that replaying them updates an installed version.
+# The version in development is built from sql/ and never committed. Its
+# install script is sql/*.sql, one purpose per file, in name order. Its
+# upgrade script is the hand-written part (sql/upgrade/PREV--THIS.sql: table
+# changes, dropped functions) followed by every source file that only defines
+# functions, views and privileges: they are written CREATE OR REPLACE, so
+# replaying them updates an installed version.
 SOURCES     = $(sort $(wildcard sql/*.sql))
 UPGRADE_IN  = $(wildcard sql/upgrade/*--$(EXTVERSION).sql)
 REPLAYABLE  = $(filter-out sql/00_header.sql sql/10_tables.sql, $(SOURCES))
 CURRENT_SCRIPT = $(EXTENSION)--$(EXTVERSION).sql
 UPGRADE_SCRIPT = $(patsubst sql/upgrade/%,$(EXTENSION)--%,$(UPGRADE_IN))
+DATA_built  = $(CURRENT_SCRIPT) $(UPGRADE_SCRIPT)
+EXTRA_CLEAN = $(EXTENSION)-*.zip
 
 # Every test/sql/*.sql is a pg_regress test and every test/specs/*.spec an
 # isolation test; no hand-kept lists.
@@ -33,29 +34,28 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Regenerates the development version's scripts from sql/.
-scripts:
-	cat $(SOURCES) > $(CURRENT_SCRIPT)
+$(CURRENT_SCRIPT): $(SOURCES)
+	cat $^ > $@
+
 ifneq ($(UPGRADE_IN),)
-	cat $(UPGRADE_IN) $(REPLAYABLE) > $(UPGRADE_SCRIPT)
+$(UPGRADE_SCRIPT): $(UPGRADE_IN) $(REPLAYABLE)
+	cat $^ > $@
 endif
 
-# Fails when a committed script does not match its sources, or a released one changed.
+# Fails when a released script changed, or one in sql/released/ has no checksum.
 check-scripts:
-	@cat $(SOURCES) | cmp -s - $(CURRENT_SCRIPT) \
-		|| { echo "$(CURRENT_SCRIPT) does not match sql/: run 'make scripts' and commit it"; exit 1; }
-ifneq ($(UPGRADE_IN),)
-	@cat $(UPGRADE_IN) $(REPLAYABLE) | cmp -s - $(UPGRADE_SCRIPT) \
-		|| { echo "$(UPGRADE_SCRIPT) does not match sql/: run 'make scripts' and commit it"; exit 1; }
-endif
 	@sha256sum --quiet -c test/released.sha256 \
 		|| { echo "a released script changed: ship the change as an upgrade script instead"; exit 1; }
+	@for f in $(RELEASED); do grep -q " $$f\$$" test/released.sha256 \
+		|| { echo "$$f has no checksum in test/released.sha256"; exit 1; }; done
 
 installcheck: check-scripts
 
-# A PGXN release zip of the committed tree (pgxn install ./lonnymq-X.zip).
+# A PGXN release zip: the committed tree plus the built scripts
+# (pgxn install ./lonnymq-X.Y.Z.zip).
 DISTVERSION = $(shell sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' META.json | head -n 1)
-dist:
-	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o $(EXTENSION)-$(DISTVERSION).zip HEAD
+dist: $(DATA_built)
+	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ \
+		$(addprefix --add-file=,$(DATA_built)) -o $(EXTENSION)-$(DISTVERSION).zip HEAD
 
-.PHONY: dist scripts check-scripts
+.PHONY: dist check-scripts

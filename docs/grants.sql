@@ -16,7 +16,7 @@
 --   GRANT lonnymq_producer TO web_app;
 --   GRANT lonnymq_consumer TO worker_app;
 --
--- test/pgtap/04_roles.sql runs this very file and proves what each role can
+-- test/pgtap/03_security.sql runs this very file and proves what each role can
 -- and cannot do.
 
 -- Producer: creates messages (alone or in batches), reads nothing.

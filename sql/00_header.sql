@@ -1,5 +1,5 @@
 -- lonnymq: a multi-tenant message queue inside PostgreSQL.
--- Built from sql/*.sql by `make scripts`; edit those files, not the generated script.
+-- Built from sql/*.sql by `make`; edit those files, not the built script.
 \echo Use "CREATE EXTENSION lonnymq" to load this file. \quit
 
 -- The schema must be the installer's own and empty. CREATE EXTENSION installs

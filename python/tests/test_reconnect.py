@@ -11,7 +11,7 @@
 
 The bounds below are the retry policy itself (at most ``RECONNECT_MAX_S`` between tries,
 the first retry immediate) checked with wide margins; how fast recovery is end to end is
-measured by tests_reliability/test_recovery.py, not asserted.
+measured by test/system/test_recovery.py, not asserted.
 """
 
 from __future__ import annotations

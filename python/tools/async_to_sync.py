@@ -140,7 +140,7 @@ def unasync_tokens(text: str) -> str:
 
 
 def ruff_format(text: str, filename: str) -> str:
-    """The text as ruff would format it (the repository's ruff.toml applies)."""
+    """The text as ruff would format it (python/pyproject.toml's [tool.ruff] applies)."""
     path = str(PACKAGE / filename)
     fixed = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--fix", "--select", "I,F401", "--quiet",

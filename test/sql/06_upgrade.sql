@@ -1,11 +1,14 @@
 -- ALTER EXTENSION lonnymq UPDATE with live traffic, from every released
--- version (test/upgrade_route.psql, once per version): messages pending,
--- scheduled, locked, expired, deferred, archived, deduplicated, hints not yet
--- folded in and a limited channel in flight; then the update, and every
--- message is still served exactly once under the same rules. Last, the
--- updated schema must equal a fresh install of the new version, object by
--- object. (scripts/test-upgrade also runs the whole SQL suite on an install
--- that CREATE EXTENSION reached through the upgrade scripts.)
+-- version (test/upgrade_route.psql, once per version). Of the released install
+-- scripts only lonnymq--1.0.sql ships: CREATE EXTENSION lonnymq VERSION 'X'
+-- reaches every later release X through the upgrade scripts. Each route:
+-- messages pending, scheduled, locked, expired, deferred, archived,
+-- deduplicated, hints not yet folded in and a limited channel in flight; then
+-- the update, and every message is still served exactly once under the same
+-- rules. Last, the updated schema must equal a fresh install of the new
+-- version, object by object. (scripts/test-upgrade also runs the whole SQL
+-- suite on an install that CREATE EXTENSION reached through the upgrade
+-- scripts.)
 \set VERBOSITY terse
 
 -- Every object of the extension, described so that two installs compare equal
@@ -55,6 +58,8 @@ LANGUAGE sql AS $$
     WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND e.extname = 'lonnymq'
 $$;
 RESET check_function_bodies;
+-- The routes taken; the last query names any release without one.
+CREATE TEMP TABLE routes (version text);
 
 
 -- From 1.0: lonnymq--1.0--1.1.sql, then each later upgrade script.
@@ -93,3 +98,13 @@ RESET check_function_bodies;
 -- From 1.11.
 \set from '1.11'
 \i test/upgrade_route.psql
+-- From 1.12.
+\set from '1.12'
+\i test/upgrade_route.psql
+
+-- Every version CREATE EXTENSION can install, but the newest, has a route above.
+SELECT v.version AS release_without_route
+FROM pg_available_extension_versions v
+WHERE v.name = 'lonnymq'
+  AND v.version <> (SELECT default_version FROM pg_available_extensions WHERE name = 'lonnymq')
+  AND v.version NOT IN (SELECT version FROM routes);

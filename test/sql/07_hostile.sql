@@ -1,7 +1,8 @@
--- What a hostile review found (issue 11): array shapes, numeric bounds,
--- SQLSTATEs, the scope of dedup and idempotency keys. Every bad call is 22023
--- and changes nothing. (The schema the extension installs into, and look-alike
--- operators, are tried by both install paths in tests_reliability/test_install.py.)
+-- Hostile input: array shapes, numeric bounds, SQLSTATEs, the scope of dedup
+-- and idempotency keys. Every bad call is 22023 and changes nothing.
+-- (test/system/test_hostile_calls.py makes random sequences of such calls; the
+-- schema the extension installs into, and look-alike operators, are tried by
+-- both install paths in test/system/test_install.py.)
 \i test/prelude.psql
 
 -- Arrays: every array argument of every batch function must be one-dimensional
@@ -64,6 +65,13 @@ SELECT pg_temp.try($$SELECT lonnymq.archive_prune('100000 years -36000000 days')
 SELECT pg_temp.try($$SELECT lonnymq.archive_prune('1 day -1 second')$$);
 SELECT pg_temp.try($$SELECT lonnymq.archive_prune('-1 month 40 days')$$);
 SELECT pg_temp.try($$SELECT lonnymq.maintenance_schedule(archive_retention => '100000 years -36000000 days')$$);
+-- Ages up to the largest interval there is.
+SELECT lonnymq.archive_prune('300000 years') AS nothing_that_old;
+SELECT lonnymq.archive_prune('178000000 years') AS nothing_that_old;
+-- A dequeue time past the year 100000 is refused, so none can make the views
+-- unreadable.
+SELECT pg_temp.try($$SELECT lonnymq.message_create('far', NULL, 'x', dequeue_at => '294276-12-31 00:00:00+00')$$);
+SELECT count(v::text) AS readable FROM lonnymq.messages v;
 
 -- Dedup keys are scoped to the channel (a tenant): mallory's 'order-42' no
 -- longer answers acme's create with mallory's id. Within a channel, and among

@@ -1,4 +1,4 @@
-"""Fixtures for the reliability suite: databases on the shared test cluster, a private
+"""Fixtures for the system suite: databases on the shared test cluster, a private
 throwaway cluster for crash tests, worker processes, and a limit sampler.
 
 The shared cluster (scripts/cluster, 127.0.0.1:25429) is reached through LONNYMQ_TEST_DSN.
@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Hypothesis keeps caches in ./.hypothesis unless told otherwise: keep the checkout clean.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/lonnymq-hypothesis")
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
@@ -133,7 +133,7 @@ def shared_db(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 class WorkerProcess:
-    """One ``python -m tests_reliability.worker_main`` process; stderr goes to a log file."""
+    """One ``python -m system.worker_main`` process; stderr goes to a log file."""
 
     def __init__(
         self,
@@ -148,7 +148,7 @@ class WorkerProcess:
         self.args = [
             sys.executable,
             "-m",
-            "tests_reliability.worker_main",
+            "system.worker_main",
             dsn,
             queue,
             str(concurrency),
@@ -172,7 +172,7 @@ class WorkerProcess:
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": str(ROOT / "test")},
         )
         log.close()
 

@@ -17,7 +17,7 @@ workers' recovery, not the producer's.
 The tests assert correctness only (every acknowledged create completed exactly once, nothing
 invented, ``verify()`` empty, the same worker processes carry on and resume within a
 generous ``RESUME_BOUND_S``); the numbers are printed and written to
-``tests_reliability/results/recovery.json`` (``LONNYMQ_RESULTS_DIR`` to change the
+``test/system/results/recovery.json`` (``LONNYMQ_RESULTS_DIR`` to change the
 directory), which docs/guarantees.md quotes. Timing goals belong to benchmarks, not tests.
 """
 
@@ -58,7 +58,7 @@ RECOVERY_WINDOW_S = 60  # latency is measured for messages created in this windo
 CHAOS_S = 30
 KILL_EVERY_S = 0.5  # two kills a second
 RESUME_BOUND_S = 60  # a worker that has not resumed by then is broken, not slow
-RESULTS_DIR = Path(os.environ.get("LONNYMQ_RESULTS_DIR", ROOT / "tests_reliability" / "results"))
+RESULTS_DIR = Path(os.environ.get("LONNYMQ_RESULTS_DIR", ROOT / "test" / "system" / "results"))
 CHANNELS = [f"c{n}" for n in range(8)]
 
 

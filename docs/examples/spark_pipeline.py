@@ -1,7 +1,7 @@
 """A worked pipeline: Spark enqueues per-tenant jobs, workers run them, Spark reports.
 
-    .venv/bin/python examples/spark_pipeline.py all            # every step, in order
-    .venv/bin/python examples/spark_pipeline.py enqueue|work|report
+    .venv/bin/python docs/examples/spark_pipeline.py all            # every step, in order
+    .venv/bin/python docs/examples/spark_pipeline.py enqueue|work|report
 
 1. prepare  creates the database (``lonnymq_example`` on the local cluster of scripts/cluster,
             or ``--dsn``) with the extension, and gives every tenant a channel that retains

@@ -1,6 +1,6 @@
-"""A worker process for the reliability tests: the real ``lonnymq.Worker`` over one queue.
+"""A worker process for the system tests: the real ``lonnymq.Worker`` over one queue.
 
-Usage: python -m tests_reliability.worker_main DSN QUEUE CONCURRENCY LOCK_MS [sync|async]
+Usage: PYTHONPATH=test python -m system.worker_main DSN QUEUE CONCURRENCY LOCK_MS [sync|async]
 
 (``async`` runs the same handler under ``AsyncWorker`` and ``AsyncQueue``.)
 

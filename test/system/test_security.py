@@ -1,5 +1,5 @@
-"""Security from a client's point of view (README, "Privileges"), beyond test/pgtap/04_roles.sql and
-05_search_path.sql, which already try every function and relation as every recipe role in SQL.
+"""Security from a client's point of view (README, "Privileges"), beyond test/pgtap/03_security.sql,
+which already tries every function and relation as every recipe role in SQL.
 
 Here the roles are LOGIN roles that use the real Python client, worker and CLI:
 

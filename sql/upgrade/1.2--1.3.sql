@@ -1,6 +1,0 @@
--- ===========================================================================
--- lonnymq 1.2 -> 1.3: the hand-written part of the update (what replaying
--- sql/ cannot do). 1.3 changes functions only (the dequeue's probes, batch
--- creates planned once), so there is nothing to do here: the replayed
--- CREATE OR REPLACE definitions that follow are the whole update.
--- ===========================================================================

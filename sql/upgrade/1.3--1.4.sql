@@ -1,8 +1,0 @@
--- ===========================================================================
--- lonnymq 1.3 -> 1.4: the hand-written part of the update (what replaying
--- sql/ cannot do). 1.4 changes functions only (plans that read rows by key
--- whatever the tables' size when they were made; batch dequeues served
--- set-based, with the new step _serve_round), so there is nothing to do
--- here: the replayed CREATE OR REPLACE definitions that follow are the
--- whole update.
--- ===========================================================================
