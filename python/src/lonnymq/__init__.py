@@ -41,4 +41,6 @@ __all__ = [
     "WorkerHooks",
 ]
 
-__version__ = "1.0.0"
+# The extension's major.minor (lonnymq.control), so a client release names the SQL API it
+# speaks; tests/test_packaging.py fails when they drift. pyproject.toml reads it from here.
+__version__ = "2.0.0"
