@@ -1,4 +1,5 @@
-"""A built wheel carries the extension script, so `install --sql-only` works anywhere."""
+"""The package's version follows the extension's, and a built wheel carries the extension
+script, so `install --sql-only` works anywhere."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import lonnymq
+
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -17,6 +20,15 @@ def _default_version() -> str:
     match = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.MULTILINE)
     assert match is not None
     return match.group(1)
+
+
+def test_package_version_follows_the_extension() -> None:
+    # A client release speaks the SQL API of the extension release with its major.minor.
+    major_minor = lonnymq.__version__.split(".")[:2]
+    assert major_minor == _default_version().split("."), (
+        f"lonnymq.__version__ {lonnymq.__version__} does not follow lonnymq.control's "
+        f"default_version {_default_version()}"
+    )
 
 
 def test_wheel_ships_the_sql_and_type_marker(tmp_path: Path) -> None:
@@ -37,7 +49,8 @@ def test_wheel_ships_the_sql_and_type_marker(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    [wheel] = tmp_path.glob("lonnymq-*.whl")
+    # pyproject.toml takes the version from lonnymq.__version__: the wheel must say so too.
+    [wheel] = tmp_path.glob(f"lonnymq-{lonnymq.__version__}-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     current = f"lonnymq/sql/lonnymq--{_default_version()}.sql"
     assert current in names

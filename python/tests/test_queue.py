@@ -283,6 +283,8 @@ def test_queue_on_a_callers_pool(dsn: str, queue_name: str) -> None:
 
 # Queue methods that call a message_* SQL function drop the prefix (the names the Python
 # API has always had); every other method is named exactly like its SQL function or view.
+# One name per concept: 2.0 removed the 1.0 aliases (set_channel, stats, ...), and this
+# test fails if a method not named after SQL comes back.
 MESSAGE_VERBS = {
     "create",
     "create_batch",
@@ -293,16 +295,6 @@ MESSAGE_VERBS = {
     "heartbeat",
     "fail",
     "cancel",
-}
-DEPRECATED = {
-    "set_channel": "channel_set",
-    "delete_channel": "channel_delete",
-    "archived": "message_archive",
-    "requeue": "archive_requeue",
-    "prune_archive": "archive_prune",
-    "stats": "queue_stats",
-    "schedule": "schedule_set",
-    "unschedule": "schedule_delete",
 }
 # waiting() is a context manager around wait_begin: the announcement lasts while it runs.
 NOT_SQL = {"close", "conninfo", "waiting"}
@@ -317,42 +309,7 @@ def test_method_names_mirror_the_sql(db: psycopg.Connection[Any]) -> None:
             "AND relkind IN ('v', 'r')"
         ).fetchall()
     }
-    methods = {m for m in dir(Queue) if not m.startswith("_")} - NOT_SQL - set(DEPRECATED)
+    methods = {m for m in dir(Queue) if not m.startswith("_")} - NOT_SQL
     for method in methods:
         sql_name = f"message_{method}" if method in MESSAGE_VERBS else method
         assert sql_name in sql_names, f"Queue.{method} is not named after an SQL call"
-    assert set(DEPRECATED.values()) <= methods
-
-
-def test_names_of_1_0_work_and_warn(queue: Queue) -> None:
-    with pytest.warns(DeprecationWarning, match=r"set_channel .* use channel_set"):
-        assert queue.set_channel("old", max_concurrency=2).max_concurrency == 2
-    created = queue.create("x", channel="old")
-    with pytest.warns(DeprecationWarning, match="use queue_stats"):
-        assert queue.stats().ready == 1
-    [message] = queue.dequeue(lock_ms=10_000)
-    assert message.fail("boom") == "failed"
-    with pytest.warns(DeprecationWarning, match="use message_archive"):
-        [archived] = queue.archived(outcome="failed")
-    assert archived.message_id == created.id
-    with pytest.warns(DeprecationWarning, match="use archive_requeue"):
-        assert queue.requeue(archived.id).status == "created"
-    [again] = queue.dequeue(lock_ms=10_000)
-    assert again.fail("boom again") == "failed"
-    with pytest.warns(DeprecationWarning, match="use archive_prune"):
-        assert queue.prune_archive(timedelta(0)) >= 1  # every queue's archive
-    assert queue.message_archive() == []
-    queue.create("y", channel="old")
-    with pytest.warns(DeprecationWarning, match="use channel_delete"):
-        assert queue.delete_channel("old") == "not_empty"
-    # The test database has no pg_cron: the old names still reach the SQL, which says so.
-    with (
-        pytest.warns(DeprecationWarning, match="use schedule_set"),
-        pytest.raises(psycopg.Error, match="pg_cron"),
-    ):
-        queue.schedule("nightly", "0 3 * * *", "run")
-    with (
-        pytest.warns(DeprecationWarning, match="use schedule_delete"),
-        pytest.raises(psycopg.Error, match="pg_cron"),
-    ):
-        queue.unschedule("nightly")

@@ -441,6 +441,25 @@ async def test_async_worker_batches_and_leaves_self_settled_alone(
         assert live_ids(db, queue_name) == set() and worker.in_flight == 0
 
 
+async def test_an_async_handler_raising_system_exit_keeps_its_slot(
+    aqueue: AsyncQueue, db: psycopg.Connection[Any]
+) -> None:
+    # As for Worker: a slot task outlives its handler's SystemExit (which asyncio would
+    # otherwise carry out of the event loop).
+    await aqueue.create_batch(["a", "b", "c"])
+    exits: list[int] = []
+
+    async def handler(message: AsyncMessage) -> None:
+        if message.num_attempts == 1 and not exits:
+            exits.append(message.id)
+            raise SystemExit(1)
+
+    worker = AsyncWorker(aqueue, handler, concurrency=1, handle_signals=False)
+    await worker.run(until_idle=True)
+    assert worker.counts == {"completed": 3, "deferred": 1, "failed": 0, "refused": 0}
+    assert live_ids(db, aqueue.name) == set()
+
+
 class AsyncFlushBeforeIdleCheck(AsyncQueue):
     """FlushBeforeIdleCheck for the AsyncWorker."""
 

@@ -3,8 +3,9 @@
     python python/tools/async_to_sync.py          rewrite the generated files
     python python/tools/async_to_sync.py --check  exit 1 if one of them is stale
 
-``aqueue.py`` (``AsyncQueue``) and ``amessage.py`` (``AsyncMessage``) are the source;
-``queue.py`` and ``message.py`` are written from them, so the two clients cannot drift.
+``aqueue.py`` (``AsyncQueue``), ``amessage.py`` (``AsyncMessage``) and ``aworker.py``
+(``AsyncWorker``) are the source; ``queue.py``, ``message.py`` and ``worker.py`` are written
+from them, so the two clients cannot drift.
 The conversion works on tokens, so comments and docstrings are kept:
 
 - ``async`` before ``def``, ``with`` and ``for`` is dropped, and so is every ``await``;
@@ -29,20 +30,23 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "lonnymq"
 
 # Source (asyncio) file -> generated (synchronous) file, inside the package.
-FILES = {"aqueue.py": "queue.py", "amessage.py": "message.py"}
+FILES = {"aqueue.py": "queue.py", "amessage.py": "message.py", "aworker.py": "worker.py"}
 
 # asyncio names -> their synchronous twins.
 NAMES = {
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
+    "AsyncHandler": "Handler",
     "AsyncIterator": "Iterator",
     "AsyncMessage": "Message",
     "AsyncQueue": "Queue",
+    "AsyncWorker": "Worker",
     "PromptAsyncPool": "PromptPool",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "amessage": "message",
     "aqueue": "queue",
+    "aworker": "worker",
     "asynccontextmanager": "contextmanager",
 }
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio  # ASYNC
 import functools
-import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -418,53 +417,3 @@ class AsyncQueue:
     async def schedule_delete(self, name: str, *, conn: AsyncConnection[Any] | None = None) -> str:
         """``deleted`` or ``not_found``."""
         return str(await self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
-
-    # -- names of 1.0, deprecated since 1.2 (CHANGELOG 1.5: why they are still here) -------
-
-    async def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
-        """Deprecated name of ``channel_set``."""
-        _deprecated("set_channel", "channel_set")
-        return await self.channel_set(*args, **kwargs)
-
-    async def delete_channel(self, *args: Any, **kwargs: Any) -> str:
-        """Deprecated name of ``channel_delete``."""
-        _deprecated("delete_channel", "channel_delete")
-        return await self.channel_delete(*args, **kwargs)
-
-    async def archived(self, *args: Any, **kwargs: Any) -> list[ArchivedMessage]:
-        """Deprecated name of ``message_archive``."""
-        _deprecated("archived", "message_archive")
-        return await self.message_archive(*args, **kwargs)
-
-    async def requeue(self, *args: Any, **kwargs: Any) -> CreateResult:
-        """Deprecated name of ``archive_requeue``."""
-        _deprecated("requeue", "archive_requeue")
-        return await self.archive_requeue(*args, **kwargs)
-
-    async def prune_archive(self, *args: Any, **kwargs: Any) -> int:
-        """Deprecated name of ``archive_prune``."""
-        _deprecated("prune_archive", "archive_prune")
-        return await self.archive_prune(*args, **kwargs)
-
-    async def stats(self, *args: Any, **kwargs: Any) -> QueueStats:
-        """Deprecated name of ``queue_stats``."""
-        _deprecated("stats", "queue_stats")
-        return await self.queue_stats(*args, **kwargs)
-
-    async def schedule(self, *args: Any, **kwargs: Any) -> None:
-        """Deprecated name of ``schedule_set``."""
-        _deprecated("schedule", "schedule_set")
-        await self.schedule_set(*args, **kwargs)
-
-    async def unschedule(self, *args: Any, **kwargs: Any) -> None:
-        """Deprecated name of ``schedule_delete``."""
-        _deprecated("unschedule", "schedule_delete")
-        await self.schedule_delete(*args, **kwargs)
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(
-        f"{old} is deprecated since lonnymq 1.2: use {new}, named like the SQL function it calls",
-        DeprecationWarning,
-        stacklevel=3,
-    )

@@ -14,7 +14,6 @@ commits. The client never creates the extension: run ``lonnymq install`` once in
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -388,53 +387,3 @@ class Queue:
     def schedule_delete(self, name: str, *, conn: Connection[Any] | None = None) -> str:
         """``deleted`` or ``not_found``."""
         return str(self._scalar(_sql.SCHEDULE_DELETE, (name,), conn))
-
-    # -- names of 1.0, deprecated since 1.2 (CHANGELOG 1.5: why they are still here) -------
-
-    def set_channel(self, *args: Any, **kwargs: Any) -> Channel:
-        """Deprecated name of ``channel_set``."""
-        _deprecated("set_channel", "channel_set")
-        return self.channel_set(*args, **kwargs)
-
-    def delete_channel(self, *args: Any, **kwargs: Any) -> str:
-        """Deprecated name of ``channel_delete``."""
-        _deprecated("delete_channel", "channel_delete")
-        return self.channel_delete(*args, **kwargs)
-
-    def archived(self, *args: Any, **kwargs: Any) -> list[ArchivedMessage]:
-        """Deprecated name of ``message_archive``."""
-        _deprecated("archived", "message_archive")
-        return self.message_archive(*args, **kwargs)
-
-    def requeue(self, *args: Any, **kwargs: Any) -> CreateResult:
-        """Deprecated name of ``archive_requeue``."""
-        _deprecated("requeue", "archive_requeue")
-        return self.archive_requeue(*args, **kwargs)
-
-    def prune_archive(self, *args: Any, **kwargs: Any) -> int:
-        """Deprecated name of ``archive_prune``."""
-        _deprecated("prune_archive", "archive_prune")
-        return self.archive_prune(*args, **kwargs)
-
-    def stats(self, *args: Any, **kwargs: Any) -> QueueStats:
-        """Deprecated name of ``queue_stats``."""
-        _deprecated("stats", "queue_stats")
-        return self.queue_stats(*args, **kwargs)
-
-    def schedule(self, *args: Any, **kwargs: Any) -> None:
-        """Deprecated name of ``schedule_set``."""
-        _deprecated("schedule", "schedule_set")
-        self.schedule_set(*args, **kwargs)
-
-    def unschedule(self, *args: Any, **kwargs: Any) -> None:
-        """Deprecated name of ``schedule_delete``."""
-        _deprecated("unschedule", "schedule_delete")
-        self.schedule_delete(*args, **kwargs)
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(
-        f"{old} is deprecated since lonnymq 1.2: use {new}, named like the SQL function it calls",
-        DeprecationWarning,
-        stacklevel=3,
-    )

@@ -1,26 +1,34 @@
-"""``Worker``: runs a handler over a queue with N concurrent slots (one thread each).
+# WARNING: generated from aworker.py by python/tools/async_to_sync.py: do not edit.
+# Change aworker.py and run the script; a test fails while this file is stale.
 
-Three loops, as in a broker's subscriber. **Fetch**: one loop thread dequeues as many
-messages as there are free slots, in one call, into a local buffer that the slot threads
-take from; between rounds it sleeps on a wake event set by LISTEN notifications, finished
-handlers, flushes and ``stop()``, with ``wait_hint_ms`` as the timed fallback. **Work**: each
-slot thread runs the handler and puts its outcome in the settle buffer. **Flush**: a flusher
-thread sends the buffered settles in batches (``_settle.py``) once the oldest is
-``settle_interval_ms`` old or ``settle_batch_size`` wait. A heartbeat thread extends the
-locks of everything held. See docs/python.md.
+"""``Worker``: runs a handler over a queue with N concurrent slots.
+
+worker.py is generated from aworker.py by python/tools/async_to_sync.py, so the two workers
+share every rule: a slot, the flusher, the heartbeats and the listener are threads in the
+one and asyncio tasks in the other. Four loops, as in a broker's subscriber.
+**Fetch**: the ``run()`` loop dequeues as many messages as there are free slots, in one
+call, into a local buffer that the slots take from; between rounds it sleeps on a wake event
+set by LISTEN notifications, finished handlers, flushes and ``stop()``, with
+``wait_hint_ms`` as the timed fallback. **Work**: each slot runs the handler and puts its
+outcome in the settle buffer. **Flush**: the flusher sends the buffered settles in batches
+(``_settle.py``) once the oldest is ``settle_interval_ms`` old or ``settle_batch_size``
+wait. **Heartbeats** extend the locks of everything held. See docs/python.md.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
-import queue as stdqueue
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import timedelta
-from types import FrameType
+from queue import Empty as BufferEmpty
+from queue import SimpleQueue as Buffer
+from threading import Event, Lock
+from threading import Thread as Strand
 from typing import Any
 
 import psycopg
@@ -28,19 +36,46 @@ import psycopg
 from . import _outcome, _periodic, _pool, _report, _settle, _timing
 from ._backoff import DEFAULT_BACKOFF, Backoff
 from ._inflight import InFlight, delivery
-from ._listener import Listener
 from .hooks import Dispatch, WorkerHooks
 from .message import Message
 from .queue import Queue
 
-log = logging.getLogger("lonnymq.worker")
-
 Handler = Callable[[Message], object]
+
+
+def _spawn(target: Callable[..., None], *args: object, name: str) -> Strand:
+    # A daemon: a handler stuck past the grace period must not block exit.
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def _join(strand: Strand) -> None:
+    strand.join()
+
+
+def _wait(event: Event, seconds: float | None) -> bool:
+    return event.wait(seconds)
+
+
+log = logging.getLogger("lonnymq.worker")
 
 # A periodic message seen by a worker that did not register its name: leave it for another.
 UNKNOWN_PERIODIC_DELAY_MS = 5000
 # Start without LISTEN after this long (the timed fallback still finds the work).
 LISTEN_READY_TIMEOUT_S = 5.0
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+NOTIFY_CHANNEL = "lonnymq"
+# How often the listener re-checks whether it should stop while no notification arrives.
+POLL_STOP_S = 0.5
+
+
+def concerns(payload: str, queue: str) -> bool:
+    """Whether a NOTIFY payload is about ``queue`` (an unreadable payload wakes anyway)."""
+    try:
+        return bool(json.loads(payload).get("queue") == queue)
+    except (ValueError, AttributeError):
+        return True
 
 
 class Worker:
@@ -84,18 +119,22 @@ class Worker:
         self._held: dict[tuple[int, int], InFlight[Message]] = {}
         # Slots in use: buffered or running (a settle waiting for a flush frees its slot).
         self._busy = 0
-        self._buffer: stdqueue.SimpleQueue[Message | None] = stdqueue.SimpleQueue()
+        self._buffer: Buffer[Message | None] = Buffer()
+        self._slots: list[Strand] = []
         self._settles: _settle.SettleBuffer[Message] = _settle.SettleBuffer(
             settle_interval_ms, settle_batch_size
         )
+        # Guards the state above. Never held across a wait, so it serves asyncio as well.
         self._lock = threading.Lock()
-        self._flushing = threading.Lock()
-        self._wake = threading.Event()
-        self._flush_wake = threading.Event()
-        self._stopping = threading.Event()
-        self._closing = threading.Event()  # no more settles will come: flush all, then end
-        self._finished = threading.Event()
-        # Set while the loop waits for work with free slots: for health checks and tests.
+        self._flushing = Lock()
+        self._wake = Event()
+        self._flush_wake = Event()
+        self._stopping = Event()
+        self._closing = Event()  # no more settles will come: flush all, then end
+        self._finished = Event()
+        self._listening = Event()
+        # Set while the loop waits for work with free slots (a threading.Event, so another
+        # thread can watch it too): for health checks and tests.
         self.sleeping = threading.Event()
 
     # -- public API -------------------------------------------------------------------------
@@ -111,8 +150,8 @@ class Worker:
         )
 
     def stop(self) -> None:
-        """Stop taking work; ``run()`` returns once running handlers finish (thread-safe).
-        A stopped worker stays stopped: create a new one to run again."""
+        """Stop taking work; ``run()`` returns once running handlers finish. Safe to call
+        from any thread. A stopped worker stays stopped: create a new one to run again."""
         self._stopping.set()
         self._wake.set()
 
@@ -128,40 +167,32 @@ class Worker:
         # _stopping is not reset: a stop() that lands just before run() must still count.
         self._finished.clear()
         self._closing.clear()  # run() may follow a run(until_idle=True)
+        self._listening = Event()
         # A fresh buffer per run: a handler abandoned by an earlier run may still return.
-        self._buffer = stdqueue.SimpleQueue()
-        listener = Listener(self.queue.conninfo, self.queue.name, self._wake)
-        helpers = [
-            threading.Thread(target=self._heartbeat_loop, name="lonnymq-heartbeat", daemon=True),
-            threading.Thread(target=self._flush_loop, name="lonnymq-flush", daemon=True),
-        ]
-        slots = [
-            # Daemons: a handler stuck past the grace period must not block exit.
-            threading.Thread(
-                target=self._slot, args=(self._buffer,), name=f"lonnymq-slot-{n}", daemon=True
-            )
-            for n in range(self.concurrency)
-        ]
+        self._buffer = Buffer()
         with self._signals():
-            listener.start()
-            for thread in helpers + slots:
-                thread.start()
+            listener = _spawn(self._listen, name=f"lonnymq-listen-{self.queue.name}")
+            heartbeats = _spawn(self._heartbeat_loop, name="lonnymq-heartbeat")
+            flusher = _spawn(self._flush_loop, name="lonnymq-flush")
+            self._slots = [
+                _spawn(self._slot, self._buffer, name=f"lonnymq-slot-{n}")
+                for n in range(self.concurrency)
+            ]
             try:
                 # Listen before the first dequeue, so no NOTIFY falls between the two.
-                listener.ready.wait(LISTEN_READY_TIMEOUT_S)
+                _wait(self._listening, LISTEN_READY_TIMEOUT_S)
                 self._create_periodic()
                 self._loop(until_idle)
                 self._drain()
             finally:
-                for _ in slots:
-                    self._buffer.put(None)
+                for _ in self._slots:
+                    self._buffer.put_nowait(None)
                 self._closing.set()
                 self._flush_wake.set()
-                helpers[1].join()  # the final flush, while heartbeats still run
-                listener.stop()
+                _join(flusher)  # the final flush, while heartbeats still run
                 self._finished.set()
-                helpers[0].join()
-                listener.join()
+                _join(heartbeats)
+                _join(listener)
                 self._report(final=True)
 
     # -- fetch ------------------------------------------------------------------------------
@@ -186,7 +217,7 @@ class Worker:
                 # ready again (a defer) that neither the dequeue nor the wait hint saw.
                 held = len(self._held)
             if free <= 0:
-                self._wake.wait(self.max_sleep_ms / 1000)
+                _wait(self._wake, self.max_sleep_ms / 1000)
                 continue
             try:
                 # One call for every free slot: under load, slots free up while a dequeue
@@ -209,12 +240,12 @@ class Worker:
             except psycopg.OperationalError as exc:
                 log.warning("dequeue failed (%s); retrying", exc)
                 self.sleeping.clear()
-                self._stopping.wait(error_pause_s)
+                _wait(self._stopping, error_pause_s)
                 error_pause_s = _timing.next_error_pause_s(error_pause_s)
                 continue
             if woken:
                 # Wake-ups are hints (any role may NOTIFY lonnymq): see _timing.
-                self._stopping.wait(_timing.early_wake_floor_s(retry_ms, planned_ms, started))
+                _wait(self._stopping, _timing.early_wake_floor_s(retry_ms, planned_ms, started))
             retry_ms = _timing.next_retry_ms(retry_ms, hint, woken_early)
             woken_early = woken
 
@@ -224,7 +255,7 @@ class Worker:
         must look for work and announce again at once, not at the end of a long sleep."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            if self._wake.wait(min(left, _pool.WATCH_S)):
+            if _wait(self._wake, min(left, _pool.WATCH_S)):
                 return True
             if _pool.closed_by_server(announcing):
                 log.info("waiting connection lost; looking for work again")
@@ -237,28 +268,54 @@ class Worker:
                 self._held[delivery(message)] = InFlight(message)
             self._busy += len(messages)
         for message in messages:
-            self._buffer.put(message)
+            self._buffer.put_nowait(message)
+
+    def _listen(self) -> None:
+        """LISTENs on its own connection and wakes the loop when this queue gets work.
+        Notifications only save latency: while the connection is lost, the loop's timed
+        sleeps (``wait_hint_ms``) still find the work."""
+        pause_s = 0.0  # before reconnecting: none after a connection that listened
+        while not self._finished.is_set():
+            try:
+                with psycopg.Connection.connect(self.queue.conninfo, autocommit=True) as conn:
+                    conn.execute("LISTEN " + NOTIFY_CHANNEL)
+                    pause_s = 0.0
+                    self._listening.set()
+                    # Something may have been created while we were (re)connecting.
+                    self._wake.set()
+                    while not self._finished.is_set():
+                        for notify in conn.notifies(timeout=POLL_STOP_S):
+                            if concerns(notify.payload, self.queue.name):
+                                self._wake.set()
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection lost (%s); relying on timed wake-ups", exc)
+                self._wake.set()
+                _wait(self._finished, pause_s)
+                pause_s = _timing.next_error_pause_s(pause_s)
 
     # -- work -------------------------------------------------------------------------------
 
-    def _slot(self, buffer: stdqueue.SimpleQueue[Message | None]) -> None:
+    def _slot(self, buffer: Buffer[Message | None]) -> None:
         while (message := buffer.get()) is not None:
-            if message.recovered:
-                # Its last lock expired: it may be what killed a worker. Flush first, so
-                # if it kills this one too, no finished work goes down with it.
-                self._flush_all()
-            started = self.hooks.delivered(message)
-            with self._lock:
-                entry = self._held.get(delivery(message))
-                if entry is not None:
-                    entry.started = started
             try:
-                outcome = self._run_handler(message)
+                outcome = self._work(message)
             except BaseException:  # SystemExit and the like, which handlers should not raise
-                # Keep the slot: the message goes back at once and the thread goes on.
+                # Keep the slot: the message goes back at once and the slot goes on.
                 log.exception("message %s: handler raised past Exception", message.id)
                 outcome = _outcome.Outcome("defer")
             self._done(message, outcome)
+
+    def _work(self, message: Message) -> _outcome.Outcome | None:
+        if message.recovered:
+            # Its last lock expired: it may be what killed a worker. Flush first, so
+            # if it kills this one too, no finished work goes down with it.
+            self._flush_all()
+        started = self.hooks.delivered(message)
+        with self._lock:
+            entry = self._held.get(delivery(message))
+            if entry is not None:
+                entry.started = started
+        return self._run_handler(message)
 
     def _done(self, message: Message, outcome: _outcome.Outcome | None) -> None:
         """Record a finished handler: its outcome waits for the flusher, unless the handler
@@ -332,7 +389,7 @@ class Worker:
             if wait is not None and (wait == 0 or closing):
                 wait = max(retry_at - now, 0.0)
             if wait != 0:
-                self._flush_wake.wait(wait)
+                _wait(self._flush_wake, wait)
                 continue
             unsent, lost = self._flush()
             if not unsent:
@@ -351,7 +408,7 @@ class Worker:
             retry_at = time.monotonic() + pause
 
     def _flush_all(self) -> None:
-        """Flush everything buffered now, from the calling thread (stops at an error and
+        """Flush everything buffered now, from the calling slot (stops at an error and
         leaves the rest to the flusher)."""
         while self._buffered_settles():
             unsent, _lost = self._flush()
@@ -433,7 +490,7 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat_ms / 1000
-        while not self._finished.wait(min(interval / 4, 0.5)):
+        while not _wait(self._finished, min(interval / 4, 0.5)):
             now = time.monotonic()
             with self._lock:
                 due = [
@@ -474,7 +531,7 @@ class Worker:
         while True:
             try:
                 message = self._buffer.get_nowait()
-            except stdqueue.Empty:
+            except BufferEmpty:
                 break
             if message is not None:
                 unstarted.append(message)
@@ -488,7 +545,7 @@ class Worker:
             with self._lock:
                 if self._busy == 0:
                     break
-            self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0)))
+            _wait(self._wake, min(0.1, max(deadline - time.monotonic(), 0)))
         with self._lock:
             running = [
                 f.message for f in self._held.values() if not f.awaiting_flush and not f.abandoned
@@ -510,17 +567,17 @@ class Worker:
             with self._lock:
                 self._held.pop(delivery(message), None)
 
-    @contextmanager
+    def _on_signal(self, signum: int, frame: object = None) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        self.stop()
+
+    @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
+        """Stops on SIGTERM/SIGINT while ``run()`` runs, when called from the main thread."""
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             yield
             return
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            log.info("received %s; stopping", signal.Signals(signum).name)
-            self.stop()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
         try:
             yield
         finally:
