@@ -36,11 +36,17 @@ def _packaged_scripts() -> list[tuple[str, str]]:
 
 
 def _checkout_scripts() -> list[tuple[str, str]]:
-    # An editable install runs from the checkout, where the Makefile builds the script.
+    # An editable install runs from the checkout: the development version's script is
+    # sql/*.sql in name order, as the Makefile concatenates it (built or not).
     repo = Path(__file__).resolve().parents[3]
-    return [
-        (p.name, p.read_text()) for p in repo.glob("lonnymq--*.sql") if SCRIPT_PATTERN.match(p.name)
-    ]
+    control = repo / "lonnymq.control"
+    if not control.exists():
+        return []
+    match = re.search(r"^default_version\s*=\s*'([^']+)'", control.read_text(), re.MULTILINE)
+    if match is None:
+        return []
+    parts = sorted((repo / "sql").glob("*.sql"))
+    return [(f"lonnymq--{match.group(1)}.sql", "".join(p.read_text() for p in parts))]
 
 
 def extension_script() -> tuple[str, str]:
