@@ -219,9 +219,10 @@ def test_a_schema_others_may_write_is_refused(site: Site, grant: str, refusal: s
     assert site.count("qb") == 2
 
 
-def _old_layout(site: Site, owner: str) -> None:
+def _old_layout(site: Site, owner: str, writers: str) -> None:
     """1.12's shared schema, created by ``owner``, with a committed keyed write of queue q
-    and an uncommitted micro-batch of stream s1 in it."""
+    and an uncommitted micro-batch of stream s1 in it, its tables writable by ``writers``
+    as 1.12's docs had them granted to every Spark role."""
     with site.connect(owner) as conn:
         conn.execute(LAYOUT_1_12.read_text())
         conn.execute(
@@ -237,12 +238,17 @@ def _old_layout(site: Site, owner: str) -> None:
             " (stream_id, batch, ord, id, content, num_attempts, recovered)"
             " VALUES ('s1', 7, 0, 42, '\\x6869', 1, false);"
             "GRANT USAGE ON SCHEMA lonnymq_spark TO PUBLIC;"
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA lonnymq_spark TO PUBLIC"
+            "GRANT SELECT ON ALL TABLES IN SCHEMA lonnymq_spark TO PUBLIC"
+        )
+        conn.execute(
+            sql.SQL(
+                "GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA lonnymq_spark TO {}"
+            ).format(sql.Identifier(writers))
         )
 
 
 def test_the_old_layout_is_taken_over_by_its_owner_only(site: Site) -> None:
-    _old_layout(site, site.a)
+    _old_layout(site, site.a, site.a)
     # A's keyed write committed under 1.12 stays committed: its re-run publishes nothing.
     assert write(site, site.a, "q", "nightly", 4) == 0
     with site.connect(site.a) as a:
@@ -273,3 +279,10 @@ def test_a_layout_this_version_does_not_know_is_refused(site: Site) -> None:
     with pytest.raises(UnsafeBookkeeping, match="upgrade lonnymq"):
         write(site, site.b, "qb", "nightly", 3)
     assert site.count("qb") == 2
+
+
+def test_an_old_layout_other_roles_could_write_is_not_taken_over(site: Site) -> None:
+    _old_layout(site, site.a, site.b)
+    # B could have forged the record: A's re-run of the key publishes.
+    assert write(site, site.a, "q", "nightly", 4) == 4
+    assert site.count("q") == 4

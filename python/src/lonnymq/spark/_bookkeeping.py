@@ -32,9 +32,10 @@ write to, truncate, reference or put triggers on one of its tables.
 1.12 kept one unversioned schema, ``lonnymq_spark``, shared through grants. A role's schema,
 when first created, takes over that schema's commit records and uncommitted stream batches,
 so keyed writes and streaming queries carry on exactly as before; it does so only when the
-role itself or a superuser owns the old schema and tables, which nobody else could have
-written then. Staged and snapshot tables of the old schema are not taken over: a job in
-flight across the upgrade fails at commit, publishing nothing, and is run again.
+role itself or a superuser owns the old schema and tables and no other role may write them:
+nobody else could have forged a row there. Staged and snapshot tables of the old schema are
+not taken over: a job in flight across the upgrade fails at commit, publishing nothing, and
+is run again.
 
 Created on first use, which needs CREATE on the database, under a transaction-level advisory
 lock (concurrent first users would otherwise race on the catalog); an administrator may run
@@ -306,16 +307,20 @@ def ensure_installed(conn: psycopg.Connection[Any]) -> None:
 
 def _take_over_legacy(conn: psycopg.Connection[Any], name: str) -> None:
     """Copies the rows of 1.12's shared schema that the new layout needs, from the tables
-    that the role itself or a superuser owns in a schema one of them owns."""
+    that the role itself or a superuser owns in a schema one of them owns, and that no
+    other role may write: anyone who could have forged a row there is not trusted."""
     trusted = conn.execute(
         "SELECT c.relname FROM pg_catalog.pg_class c"
         " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
         " JOIN pg_catalog.pg_roles so ON so.oid = n.nspowner"
         " JOIN pg_catalog.pg_roles o ON o.oid = c.relowner"
+        " JOIN pg_catalog.pg_roles u ON u.rolname = current_user"
         " WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relkind = 'r'"
         " AND (so.rolname = current_user OR so.rolsuper)"
         " AND (o.rolname = current_user OR o.rolsuper)"
-        " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')",
+        " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')"
+        " AND NOT EXISTS (SELECT 1 FROM pg_catalog.aclexplode(c.relacl) a"
+        "   WHERE a.grantee NOT IN (c.relowner, u.oid) AND a.privilege_type <> 'SELECT')",
         (LEGACY_SCHEMA, list(_LEGACY_TABLES)),
     ).fetchall()
     for (table,) in trusted:
