@@ -204,9 +204,15 @@ def test_a_schema_squatted_before_first_use_is_refused(site: Site) -> None:
         ("GRANT INSERT ON {schema}.write_job TO {other}", "may write write_job"),
         ("GRANT DELETE ON {schema}.write_partition TO PUBLIC", "may write write_partition"),
         ("GRANT TRIGGER ON {schema}.write_run TO {other}", "may write write_run"),
+        ("GRANT UPDATE (queue) ON {schema}.write_job TO {other}", "may write write_job"),
         (
             "CREATE TABLE {schema}.planted (x int); ALTER TABLE {schema}.planted OWNER TO {other}",
             "planted belong to another role",
+        ),
+        (
+            "CREATE FUNCTION {schema}.now() RETURNS int LANGUAGE sql AS 'SELECT 1';"
+            " ALTER FUNCTION {schema}.now() OWNER TO {other}",
+            "now belong to another role",
         ),
     ],
 )
@@ -286,3 +292,21 @@ def test_an_old_layout_other_roles_could_write_is_not_taken_over(site: Site) -> 
     # B could have forged the record: A's re-run of the key publishes.
     assert write(site, site.a, "q", "nightly", 4) == 4
     assert site.count("q") == 4
+
+
+def test_an_administrator_installs_for_a_role_without_create(site: Site) -> None:
+    site.admin.execute(
+        sql.SQL("REVOKE CREATE ON DATABASE {} FROM {}").format(
+            sql.Identifier(DATABASE), sql.Identifier(site.b)
+        )
+    )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        write(site, site.b, "qb", "first", 2)
+    assert _bookkeeping.install(site.dsn, role=site.b) == schema_for(site.b)
+    owners = site.admin.execute(
+        "SELECT DISTINCT pg_get_userbyid(c.relowner) FROM pg_class c"
+        " WHERE c.relnamespace = %s::regnamespace",
+        (schema_for(site.b),),
+    ).fetchall()
+    assert owners == [(site.b,)]
+    assert write(site, site.b, "qb", "first", 2) == 2

@@ -217,6 +217,19 @@ def schema(conn: psycopg.Connection[Any]) -> str:
     return name
 
 
+# The tables of schema ``n`` that a role other than their owner (and ``{u}``) may change:
+# write, truncate, reference or put a trigger on, by a grant on the table or on a column.
+_WRITABLE = """
+SELECT c.relname
+FROM pg_catalog.pg_class c,
+     LATERAL (SELECT c.relacl
+              UNION ALL
+              SELECT t.attacl FROM pg_catalog.pg_attribute t WHERE t.attrelid = c.oid) g (acl),
+     pg_catalog.aclexplode(g.acl) a
+WHERE c.relnamespace = n.oid AND a.grantee NOT IN (c.relowner, {u})
+  AND a.privilege_type <> 'SELECT'
+"""
+
 # What makes a schema unsafe, found in the catalog (readable by every role). Another role
 # owning an object, creating in the schema or writing a table could plant look-alike
 # tables, rewrite commit records, or attach a trigger or rule that runs as this role.
@@ -224,17 +237,25 @@ _CHECK = """
 SELECT n.nspowner = u.oid,
        EXISTS (SELECT 1 FROM pg_catalog.aclexplode(n.nspacl) a
                WHERE a.grantee <> n.nspowner AND a.privilege_type = 'CREATE'),
-       (SELECT pg_catalog.string_agg(c.relname, ', ' ORDER BY c.relname)
-        FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relowner <> u.oid),
-       (SELECT pg_catalog.string_agg(DISTINCT c.relname, ', ')
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-        WHERE c.relnamespace = n.oid AND a.grantee <> c.relowner
-          AND a.privilege_type <> 'SELECT'),
+       (SELECT pg_catalog.string_agg(DISTINCT o.name, ', ')
+        FROM (SELECT c.relname::text, c.relowner FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = n.oid
+              UNION ALL
+              SELECT p.proname::text, p.proowner FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = n.oid
+              UNION ALL
+              SELECT y.typname::text, y.typowner FROM pg_catalog.pg_type y
+              WHERE y.typnamespace = n.oid
+              UNION ALL
+              SELECT r.oprname::text, r.oprowner FROM pg_catalog.pg_operator r
+              WHERE r.oprnamespace = n.oid) o (name, owner)
+        WHERE o.owner <> u.oid),
+       (SELECT pg_catalog.string_agg(DISTINCT w.relname, ', ') FROM ({writable}) w),
        EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid),
        pg_catalog.to_regclass(pg_catalog.quote_ident(n.nspname) || '.version') IS NOT NULL
 FROM pg_catalog.pg_namespace n, pg_catalog.pg_roles u
 WHERE n.nspname = %s AND u.rolname = current_user
-"""
+""".format(writable=_WRITABLE.format(u="u.oid"))
 
 
 def _layout(conn: psycopg.Connection[Any], name: str) -> int | None:
@@ -319,8 +340,7 @@ def _take_over_legacy(conn: psycopg.Connection[Any], name: str) -> None:
         " AND (so.rolname = current_user OR so.rolsuper)"
         " AND (o.rolname = current_user OR o.rolsuper)"
         " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')"
-        " AND NOT EXISTS (SELECT 1 FROM pg_catalog.aclexplode(c.relacl) a"
-        "   WHERE a.grantee NOT IN (c.relowner, u.oid) AND a.privilege_type <> 'SELECT')",
+        " AND c.relname NOT IN (" + _WRITABLE.format(u="u.oid") + ")",
         (LEGACY_SCHEMA, list(_LEGACY_TABLES)),
     ).fetchall()
     for (table,) in trusted:
