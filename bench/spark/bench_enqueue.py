@@ -48,6 +48,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
+from lonnymq.spark import _bookkeeping
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -72,13 +74,16 @@ def recreate(admin_dsn: str, database: str) -> str:
 
 def reset(dsn: str) -> None:
     """Empties the queue tables between runs, so each starts from the same state."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with _bookkeeping.connect(dsn, autocommit=True) as conn:
+        b = _bookkeeping.schema(conn)
+        spark = conn.execute("SELECT to_regclass(%s)", (f"{b}.write_attempt",)).fetchone()
         conn.execute(
-            "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.batch, bare,"
-            " lonnymq_spark.write_partition, lonnymq_spark.write_job,"
-            " lonnymq_spark.write_attempt"
-            if conn.execute("SELECT to_regclass('lonnymq_spark.write_attempt')").fetchone()[0]  # type: ignore[index]
-            else "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.batch, bare"
+            "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.batch, bare"
+            + (
+                f", {b}.write_partition, {b}.write_job, {b}.write_attempt"
+                if spark and spark[0]
+                else ""
+            )
         )
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")

@@ -8,6 +8,7 @@ lonnymq_spark_test, so it can run next to the other suites.
 
 from __future__ import annotations
 
+import getpass
 import os
 import sys
 import uuid
@@ -18,11 +19,17 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from lonnymq.spark import _bookkeeping
+
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 ADMIN_DSN = os.environ.get("LONNYMQ_TEST_DSN", "postgresql://postgres@127.0.0.1:25429/postgres")
 DATABASE = os.environ.get("LONNYMQ_SPARK_TEST_DB", "lonnymq_spark_test")
+# The bookkeeping schema of the suite's role (the admin DSN's user).
+BOOK = _bookkeeping.schema_for(
+    str(conninfo.conninfo_to_dict(ADMIN_DSN).get("user") or getpass.getuser())
+)
 
 
 @pytest.fixture(scope="session")

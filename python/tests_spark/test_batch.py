@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import count_live
+from conftest import BOOK, count_live
 
 UTC = dt.UTC
 
@@ -125,7 +125,7 @@ def test_task_failing_half_way_is_retried_exactly_once(
     ).fetchone()
     assert distinct == (3000,)
     attempts = db.execute(
-        "SELECT partition_id, task_attempt, rows, created FROM lonnymq_spark.write_partition"
+        f"SELECT partition_id, task_attempt, rows, created FROM {BOOK}.write_partition"
         " WHERE queue = %s ORDER BY partition_id",
         (queue_name,),
     ).fetchall()
@@ -154,7 +154,7 @@ def test_rerun_with_same_idempotency_key_creates_nothing(
     _write(df, dsn, queue_name, idempotency_key="nightly-2026-11-22")
     assert count_live(db, queue_name) == 1000
     job = db.execute(
-        "SELECT partitions, created FROM lonnymq_spark.write_job"
+        f"SELECT partitions, created FROM {BOOK}.write_job"
         " WHERE queue = %s AND write_id = 'key:nightly-2026-11-21'",
         (queue_name,),
     ).fetchone()
@@ -183,7 +183,7 @@ def test_failed_job_resumed_with_its_idempotency_key(
     # partitions 0 and 1 had staged theirs; abort dropped the staging.
     assert count_live(db, queue_name) == 0
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_run WHERE queue = %s", (queue_name,)
+        f"SELECT count(*) FROM {BOOK}.write_run WHERE queue = %s", (queue_name,)
     ).fetchone() == (0,)
     open(healed, "w").close()
     _write(df, dsn, queue_name, idempotency_key="k1")

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
-from conftest import count_live
+from conftest import BOOK, count_live
 
 from lonnymq.spark import _bookkeeping, _write
 from lonnymq.spark._convert import STRING, ColumnMapping
@@ -58,16 +58,16 @@ def _stage(
 
 
 def _staged(db: psycopg.Connection[Any], run: _write.Run) -> int:
-    row = db.execute(f"SELECT count(*) FROM lonnymq_spark.{run.table}").fetchone()
+    row = db.execute(f"SELECT count(*) FROM {BOOK}.{run.table}").fetchone()
     assert row is not None
     return int(row[0])
 
 
 def _run_exists(db: psycopg.Connection[Any], run: _write.Run) -> bool:
     row = db.execute(
-        "SELECT to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM lonnymq_spark.write_run"
+        f"SELECT to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM {BOOK}.write_run"
         " WHERE run_id = %s)",
-        (f"lonnymq_spark.{run.table}", run.run_id),
+        (f"{BOOK}.{run.table}", run.run_id),
     ).fetchone()
     return bool(row and row[0])
 
@@ -92,12 +92,12 @@ def test_staged_rows_are_no_messages_until_the_driver_publishes_them(
     assert count_live(db, queue_name) == 800
     # The commit forgot the attempts; the batch run's table goes whole with close_run.
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_attempt WHERE run_id = %s", (run.run_id,)
+        f"SELECT count(*) FROM {BOOK}.write_attempt WHERE run_id = %s", (run.run_id,)
     ).fetchone() == (0,)
     _write.close_run(opts, run)
     assert not _run_exists(db, run)
     published = db.execute(
-        "SELECT partition_id, rows, created FROM lonnymq_spark.write_partition"
+        f"SELECT partition_id, rows, created FROM {BOOK}.write_partition"
         " WHERE write_id = 'auto:t1' ORDER BY partition_id"
     ).fetchall()
     assert published == [(0, 500, 500), (1, 300, 300)]
@@ -128,7 +128,7 @@ def test_speculative_attempts_both_stage_and_exactly_the_handed_one_is_published
     done = _write.publish(opts, MAPPING, run, "auto:t2", [results[1]])
     assert done.created == 400 and count_live(db, queue_name) == 400
     assert db.execute(
-        "SELECT task_attempt FROM lonnymq_spark.write_partition WHERE write_id = 'auto:t2'"
+        f"SELECT task_attempt FROM {BOOK}.write_partition WHERE write_id = 'auto:t2'"
     ).fetchall() == [(1,)]
     # Should Spark ever hand both, one copy of the partition is published, not two.
     run2 = _write.open_run(opts, "batch")
@@ -153,7 +153,7 @@ def test_failure_half_way_stages_nothing(
         _write.stage_partition(opts, run, "auto:t3", _write.arrow_chunks(failing(), MAPPING))
     assert _staged(db, run) == 0
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_attempt WHERE write_id = 'auto:t3'"
+        f"SELECT count(*) FROM {BOOK}.write_attempt WHERE write_id = 'auto:t3'"
     ).fetchone() == (0,)
     # The retry stages the partition in full, and the commit publishes it.
     as_task(0, 1)
@@ -173,14 +173,14 @@ def test_a_commit_that_fails_half_way_publishes_nothing(
     # The last attempt's rows vanish (as an UNLOGGED table's do in a server crash): the
     # commit has created the first two partitions' messages when it finds out.
     db.execute(
-        f"DELETE FROM lonnymq_spark.{run.table} WHERE attempt = %s AND ord >= 100",
+        f"DELETE FROM {BOOK}.{run.table} WHERE attempt = %s AND ord >= 100",
         (results[2].attempt_id,),
     )
     with pytest.raises(_write.StagingLost, match="partition 2 staged 200 rows but 100"):
         _write.publish(opts, MAPPING, run, "auto:t5", results)
     assert count_live(db, queue_name) == 0
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_job WHERE write_id = 'auto:t5'"
+        f"SELECT count(*) FROM {BOOK}.write_job WHERE write_id = 'auto:t5'"
     ).fetchone() == (0,)
     assert _staged(db, run) == 500  # the commit changed nothing: Spark aborts, abort drops
     _write.close_run(opts, run)
@@ -212,7 +212,7 @@ def test_rerun_after_a_dead_driver_publishes_once_and_removes_the_dead_run(
     assert count_live(db, queue_name) == 500
     # The dead run is dropped once idle for stage_retention_s.
     db.execute(
-        "UPDATE lonnymq_spark.write_run SET used_at = now() - interval '2 days' WHERE run_id = %s",
+        f"UPDATE {BOOK}.write_run SET used_at = now() - interval '2 days' WHERE run_id = %s",
         (dead.run_id,),
     )
     with psycopg.connect(opts.dsn, autocommit=True) as conn:
@@ -331,14 +331,14 @@ def test_speculative_attempts_through_the_data_source_writer(
     driver.commit([results[(0, 1)], results[(1, 0)]])
     assert count_live(db, queue_name) == 600
     assert db.execute(
-        "SELECT partition_id, task_attempt, rows FROM lonnymq_spark.write_partition"
+        f"SELECT partition_id, task_attempt, rows FROM {BOOK}.write_partition"
         " WHERE queue = %s ORDER BY partition_id",
         (queue_name,),
     ).fetchall() == [(0, 1, 400), (1, 0, 200)]
     # The loser's staged copy is gone with the run.
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_run WHERE queue = %s", (queue_name,)
+        f"SELECT count(*) FROM {BOOK}.write_run WHERE queue = %s", (queue_name,)
     ).fetchone() == (0,)
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_attempt WHERE queue = %s", (queue_name,)
+        f"SELECT count(*) FROM {BOOK}.write_attempt WHERE queue = %s", (queue_name,)
     ).fetchone() == (0,)

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import enqueue
+from conftest import BOOK, enqueue
 from psycopg import conninfo
 
 from lonnymq.spark import _bookkeeping, _read
@@ -60,7 +60,8 @@ def _change_queue(db: psycopg.Connection[Any], queue: str) -> None:
 def _snapshot_tables(db: psycopg.Connection[Any]) -> set[str]:
     rows = db.execute(
         "SELECT tablename FROM pg_catalog.pg_tables"
-        " WHERE schemaname = 'lonnymq_spark' AND tablename LIKE 'read\\_%'"
+        " WHERE schemaname = %s AND tablename LIKE 'read\\_%%'",
+        (BOOK,),
     ).fetchall()
     return {r[0] for r in rows}
 
@@ -109,7 +110,7 @@ def test_snapshot_in_use_is_not_dropped_and_truncation_is_detected(
     assert len(list(rows)) == 9
 
     # An UNLOGGED table is emptied by a crash: a task must not take that for "no rows".
-    db.execute(f"TRUNCATE lonnymq_spark.{table}")
+    db.execute(f"TRUNCATE {BOOK}.{table}")
     with pytest.raises(
         _read.SnapshotError, match=r"returned 0 rows for rows 11\.\.20, expected 10"
     ):
@@ -144,8 +145,7 @@ def test_every_action_reads_the_snapshot_of_the_first(
     assert sorted(r.id for r in df.collect()) == planned
     assert df.filter("channel = 'tenant_0'").count() == 100
     snapshot = db.execute(
-        "SELECT source, rows, partitions, retention_s FROM lonnymq_spark.read_snapshot"
-        " WHERE queue = %s",
+        f"SELECT source, rows, partitions, retention_s FROM {BOOK}.read_snapshot WHERE queue = %s",
         (queue_name,),
     ).fetchall()
     assert snapshot == [("lonnymq.messages", 300, 3, 3600)]
@@ -198,7 +198,7 @@ def test_single_partition_copies_nothing(
     assert _load(spark, dsn, queue=queue_name, num_partitions=1).count() == 10
     assert _snapshot_tables(db) == before
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.read_snapshot WHERE queue = %s", (queue_name,)
+        f"SELECT count(*) FROM {BOOK}.read_snapshot WHERE queue = %s", (queue_name,)
     ).fetchone() == (0,)
 
 
@@ -209,14 +209,14 @@ def test_expired_snapshot_is_dropped_and_its_dataframe_says_so(
     df = _load(spark, dsn, queue=queue_name, num_partitions=2, snapshot_retention_s=0)
     assert df.count() == 40
     row = db.execute(
-        "SELECT relation FROM lonnymq_spark.read_snapshot WHERE queue = %s", (queue_name,)
+        f"SELECT relation FROM {BOOK}.read_snapshot WHERE queue = %s", (queue_name,)
     ).fetchone()
     assert row is not None and row[0] in _snapshot_tables(db)
     # Planning any later multi-partition read drops what has expired (here: at once).
     assert _load(spark, dsn, queue=queue_name + "_none", num_partitions=2).count() == 0
     assert row[0] not in _snapshot_tables(db)
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.read_snapshot WHERE queue = %s", (queue_name,)
+        f"SELECT count(*) FROM {BOOK}.read_snapshot WHERE queue = %s", (queue_name,)
     ).fetchone() == (0,)
     with pytest.raises(Exception, match="was dropped: snapshots unread for snapshot_retention_s"):
         df.collect()

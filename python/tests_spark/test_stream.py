@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import count_live, enqueue
+from conftest import BOOK, count_live, enqueue
 
 
 def _wait(condition: Any, timeout: float, what: str, query: Any = None) -> None:
@@ -108,7 +108,7 @@ def test_source_killed_and_restarted_from_checkpoint_loses_nothing(
         f"SELECT max(n) FROM (SELECT count(*) n FROM {seen} GROUP BY batch_id) s"
     ).fetchone()
     assert sizes == (50,)
-    assert db.execute("SELECT count(*) FROM lonnymq_spark.stream_delivery").fetchone() == (0,)
+    assert db.execute(f"SELECT count(*) FROM {BOOK}.stream_delivery").fetchone() == (0,)
 
 
 @pytest.mark.timeout(300)
@@ -157,7 +157,7 @@ def test_driver_killed_with_sigkill_and_restarted_loses_nothing(
         query.stop()
     # At-least-once: every message reached the sink (a batch cut by the kill may twice).
     assert {r[0] for r in db.execute(f"SELECT id FROM {seen}").fetchall()} == set(ids)
-    assert db.execute("SELECT count(*) FROM lonnymq_spark.stream_delivery").fetchone() == (0,)
+    assert db.execute(f"SELECT count(*) FROM {BOOK}.stream_delivery").fetchone() == (0,)
 
 
 @pytest.mark.timeout(200)
@@ -252,7 +252,7 @@ def test_sink_replayed_batch_creates_nothing(
     }
     assert contents == set(range(200))
     jobs = db.execute(
-        "SELECT write_id FROM lonnymq_spark.write_job WHERE queue = %s ORDER BY write_id",
+        f"SELECT write_id FROM {BOOK}.write_job WHERE queue = %s ORDER BY write_id",
         (queue_name,),
     ).fetchall()
     assert [j[0] for j in jobs] == [f"stream:{query.id}:0", f"stream:{query.id}:1"]
@@ -297,7 +297,7 @@ def test_available_now_drains_what_was_ready_in_limited_batches_then_stops(
         "SELECT id, locked_until FROM lonnymq.messages WHERE queue = %s", (queue_name,)
     ).fetchall()
     assert sorted(r[0] for r in live) == sorted(later) and {r[1] for r in live} == {None}
-    assert db.execute("SELECT count(*) FROM lonnymq_spark.stream_delivery").fetchone() == (0,)
+    assert db.execute(f"SELECT count(*) FROM {BOOK}.stream_delivery").fetchone() == (0,)
 
     # The next run, from the same checkpoint, drains them.
     run()

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import count_live
+from conftest import BOOK, count_live
 
 from lonnymq.spark import _bookkeeping
 
@@ -54,13 +54,13 @@ def _assert_exactly(db: psycopg.Connection[Any], queue: str, rows: int) -> None:
     ).fetchall()
     assert sorted(int(c[0]) for c in contents) == list(range(rows))
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_attempt WHERE queue = %s", (queue,)
+        f"SELECT count(*) FROM {BOOK}.write_attempt WHERE queue = %s", (queue,)
     ).fetchone() == (0,)
 
 
 def _published(db: psycopg.Connection[Any], queue: str) -> list[tuple[Any, ...]]:
     return db.execute(
-        "SELECT partition_id, task_attempt, rows FROM lonnymq_spark.write_partition"
+        f"SELECT partition_id, task_attempt, rows FROM {BOOK}.write_partition"
         " WHERE queue = %s ORDER BY partition_id",
         (queue,),
     ).fetchall()
@@ -76,12 +76,12 @@ def stage_log(dsn: str, db: psycopg.Connection[Any]) -> Iterator[str]:
         "CREATE FUNCTION stage_log() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
         " INSERT INTO stage_log VALUES (NEW.queue, NEW.partition_id, NEW.task_attempt, NEW.rows);"
         " RETURN NEW; END $$;"
-        "CREATE TRIGGER stage_log AFTER UPDATE OF rows ON lonnymq_spark.write_attempt"
+        f"CREATE TRIGGER stage_log AFTER UPDATE OF rows ON {BOOK}.write_attempt"
         " FOR EACH ROW EXECUTE FUNCTION stage_log()"
     )
     yield "stage_log"
     db.execute(
-        "DROP TRIGGER stage_log ON lonnymq_spark.write_attempt;"
+        f"DROP TRIGGER stage_log ON {BOOK}.write_attempt;"
         "DROP FUNCTION stage_log(); DROP TABLE stage_log"
     )
 
@@ -121,7 +121,7 @@ def test_failure_upstream_of_the_writer_in_the_first_attempt(
     ).fetchall()
     assert partial and all(0 < r[0] < 10_000 for r in partial), partial
     assert db.execute(
-        "SELECT count(*) FROM lonnymq_spark.write_run WHERE queue = %s", (queue_name,)
+        f"SELECT count(*) FROM {BOOK}.write_run WHERE queue = %s", (queue_name,)
     ).fetchone() == (0,)
 
 
@@ -155,7 +155,7 @@ def test_writer_process_killed_mid_partition(
         "CREATE FUNCTION hold_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
         " IF NEW.queue = TG_ARGV[0] AND NEW.partition_id = 1 AND NEW.task_attempt = 0 THEN"
         "  PERFORM pg_advisory_xact_lock(4242); END IF; RETURN NEW; END $$;"
-        f"CREATE TRIGGER hold_attempt BEFORE UPDATE OF rows ON lonnymq_spark.write_attempt"
+        f"CREATE TRIGGER hold_attempt BEFORE UPDATE OF rows ON {BOOK}.write_attempt"
         f" FOR EACH ROW EXECUTE FUNCTION hold_attempt('{queue_name}')"
     )
     db.execute("SELECT pg_advisory_lock(4242)")
@@ -186,7 +186,7 @@ def test_writer_process_killed_mid_partition(
         db.execute("SELECT pg_advisory_unlock(4242)")
         runner.join(200)
         db.execute(
-            "DROP TRIGGER hold_attempt ON lonnymq_spark.write_attempt; DROP FUNCTION hold_attempt()"
+            f"DROP TRIGGER hold_attempt ON {BOOK}.write_attempt; DROP FUNCTION hold_attempt()"
         )
     assert not runner.is_alive() and not failure, failure
     _assert_exactly(db, queue_name, 4000)
@@ -226,7 +226,7 @@ def _kill_in_commit(dsn: str, db: psycopg.Connection[Any], child: subprocess.Pop
         assert child.poll() is None, "the child exited before its commit"
         return db.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'lonnymq-spark'"
-            " AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO lonnymq_spark.write_job%%'"
+            f" AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO {BOOK}.write_job%%'"
         ).fetchall()
 
     _wait(lambda: bool(blocked()), 200, "the child's commit to wait for the lock")
@@ -254,7 +254,7 @@ def test_driver_killed_before_job_commit_then_rerun_with_the_same_key(
 ) -> None:
     _bookkeeping.install(dsn)
     with psycopg.connect(dsn) as locker:
-        locker.execute("LOCK TABLE lonnymq_spark.write_job IN SHARE MODE")
+        locker.execute(f"LOCK TABLE {BOOK}.write_job IN SHARE MODE")
         child = _child(dsn, queue_name, "batch", "driver-kill", "4000")
         try:
             pid = _kill_in_commit(dsn, db, child)
@@ -265,7 +265,7 @@ def test_driver_killed_before_job_commit_then_rerun_with_the_same_key(
     # Every task had staged; the driver died before the job commit: nothing is a message.
     assert count_live(db, queue_name) == 0
     staged = db.execute(
-        "SELECT count(*), sum(rows) FROM lonnymq_spark.write_attempt WHERE queue = %s",
+        f"SELECT count(*), sum(rows) FROM {BOOK}.write_attempt WHERE queue = %s",
         (queue_name,),
     ).fetchone()
     assert staged == (4, 4000)
@@ -289,7 +289,7 @@ def test_sink_batch_replayed_after_a_driver_killed_in_its_commit(
                 out.write(json.dumps({"tenant": f"t{i % 4}", "n": f * 100 + i}) + "\n")
     checkpoint = str(tmp_path / "checkpoint")
     with psycopg.connect(dsn) as locker:
-        locker.execute("LOCK TABLE lonnymq_spark.write_job IN SHARE MODE")
+        locker.execute(f"LOCK TABLE {BOOK}.write_job IN SHARE MODE")
         child = _child(dsn, queue_name, "stream", str(source), checkpoint)
         try:
             pid = _kill_in_commit(dsn, db, child)
@@ -316,7 +316,7 @@ def test_sink_batch_replayed_after_a_driver_killed_in_its_commit(
     assert query.exception() is None
     _assert_exactly(db, queue_name, 200)
     jobs = db.execute(
-        "SELECT write_id FROM lonnymq_spark.write_job WHERE queue = %s ORDER BY write_id",
+        f"SELECT write_id FROM {BOOK}.write_job WHERE queue = %s ORDER BY write_id",
         (queue_name,),
     ).fetchall()
     assert [j[0] for j in jobs] == [f"stream:{query.id}:0", f"stream:{query.id}:1"]

@@ -12,11 +12,12 @@ transaction, which is a consistent snapshot by itself.
 ``num_partitions > 1``: tasks cannot share one PostgreSQL snapshot (an exported snapshot
 lives only as long as the transaction that exported it, and nothing on the driver side
 lives as long as the job). So planning copies the selected rows, in one statement, into an
-UNLOGGED table ``lonnymq_spark.read_<id>`` numbered 1..n in id order, and each task reads
-its range of row numbers from it. Every task, retried or speculative attempt, and every
-later action on the same DataFrame (Spark plans a ``load()`` once and reuses that plan)
-reads the same rows. A snapshot is dropped when a later read is planned after it went unread
-for its ``snapshot_retention_s``; reading it after that fails with ``SnapshotError``.
+UNLOGGED table ``read_<id>`` of the role's bookkeeping schema, numbered 1..n in id order,
+and each task reads its range of row numbers from it. Every task, retried or speculative
+attempt, and every later action on the same DataFrame (Spark plans a ``load()`` once and
+reuses that plan) reads the same rows. A snapshot is dropped when a later read is planned
+after it went unread for its ``snapshot_retention_s``; reading it after that fails with
+``SnapshotError``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Snapshot:
     """The copy a multi-partition read was planned on; pickled into every task."""
 
     read_id: str
-    table: str  # in schema lonnymq_spark
+    table: str  # in the role's bookkeeping schema
     planned_at: str
     retention_s: int
 
@@ -108,7 +109,8 @@ def plan(opts: Options) -> list[Part]:
 def _take_snapshot(conn: psycopg.Connection[Any], opts: Options) -> list[Part]:
     read_id = uuid.uuid4().hex
     table = f"read_{read_id}"
-    target = sql.Identifier(_bookkeeping.SCHEMA, table)
+    b = _bookkeeping.schema(conn)
+    target = sql.Identifier(b, table)
     order = sql.SQL(", ").join(sql.Identifier(c) for c in ORDER[opts.table])
     snapshot: Snapshot | None = None
     with conn.transaction():
@@ -136,7 +138,7 @@ def _take_snapshot(conn: psycopg.Connection[Any], opts: Options) -> list[Part]:
         conn.execute(sql.SQL("ANALYZE {}").format(target))
         # In the same transaction as the table: no snapshot without its bookkeeping row.
         row = conn.execute(
-            "INSERT INTO lonnymq_spark.read_snapshot"
+            f"INSERT INTO {b}.read_snapshot"
             " (read_id, relation, source, queue, rows, partitions, retention_s)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING created_at::text",
             (
@@ -173,34 +175,32 @@ def drop_expired_snapshots(conn: psycopg.Connection[Any]) -> int:
     not expire), then reads under an ACCESS SHARE lock, which the NOWAIT below respects.
     SKIP LOCKED leaves a snapshot another planner is dropping, or a task is touching, alone.
     """
+    b = _bookkeeping.schema(conn)
     dropped = 0
     with conn.transaction():
         expired = conn.execute(
-            "SELECT read_id, relation FROM lonnymq_spark.read_snapshot"
+            f"SELECT read_id, relation FROM {b}.read_snapshot"
             " WHERE last_read_at + retention_s * interval '1 second' <= pg_catalog.now()"
             " ORDER BY last_read_at FOR UPDATE SKIP LOCKED"
         ).fetchall()
         for read_id, relation in expired:
-            target = sql.Identifier(_bookkeeping.SCHEMA, relation)
+            target = sql.Identifier(b, relation)
             try:
                 # A savepoint each: one snapshot that cannot go now does not keep the others.
                 with conn.transaction():
                     exists = conn.execute(
                         "SELECT pg_catalog.to_regclass(%s) IS NOT NULL",
-                        (f"{_bookkeeping.SCHEMA}.{relation}",),
+                        (f"{b}.{relation}",),
                     ).fetchone()
                     if exists is not None and exists[0]:
                         conn.execute(
                             sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(target)
                         )
                         conn.execute(sql.SQL("DROP TABLE {}").format(target))
-                    conn.execute(
-                        "DELETE FROM lonnymq_spark.read_snapshot WHERE read_id = %s", (read_id,)
-                    )
+                    conn.execute(f"DELETE FROM {b}.read_snapshot WHERE read_id = %s", (read_id,))
                     dropped += 1
-            except (errors.LockNotAvailable, errors.InsufficientPrivilege):
-                # Still being read (a read longer than the retention), or another role's
-                # snapshot that only its owner may drop: left to a later planning.
+            except errors.LockNotAvailable:
+                # Still being read (a read longer than the retention): left to a later planning.
                 continue
     return dropped
 
@@ -237,17 +237,18 @@ def _read_snapshot(opts: Options, part: Part, snap: Snapshot) -> Iterator[tuple[
         f" ({snap.retention_s} s) are dropped when a later read is planned. load() the"
         " DataFrame again to read the current state"
     )
-    query = sql.SQL(
-        "SELECT {columns} FROM {target} WHERE _row BETWEEN %s AND %s ORDER BY _row"
-    ).format(
-        columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns(opts.table)),
-        target=sql.Identifier(_bookkeeping.SCHEMA, snap.table),
-    )
     with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
+        b = _bookkeeping.schema(conn)
+        query = sql.SQL(
+            "SELECT {columns} FROM {target} WHERE _row BETWEEN %s AND %s ORDER BY _row"
+        ).format(
+            columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns(opts.table)),
+            target=sql.Identifier(b, snap.table),
+        )
         # Its own short transaction: tasks touching the row together do not queue behind
         # each other's reads. A snapshot in use thus never expires.
         touched = conn.execute(
-            "UPDATE lonnymq_spark.read_snapshot SET last_read_at = pg_catalog.now()"
+            f"UPDATE {b}.read_snapshot SET last_read_at = pg_catalog.now()"
             " WHERE read_id = %s RETURNING true",
             (snap.read_id,),
         ).fetchone()

@@ -6,7 +6,7 @@ At-least-once, and no message is completed before its micro-batch committed:
   stream id is drawn when the first batch is planned and travels in every checkpointed
   offset, so a query restarted from its checkpoint finds its own bookkeeping again;
 - ``latestOffset`` (driver) dequeues up to ``max_messages_per_batch`` messages and copies the
-  deliveries into ``lonnymq_spark.stream_delivery`` in the same transaction: either both
+  deliveries into the role's ``stream_delivery`` in the same transaction: either both
   happen or neither (a driver dying there leaves no lock behind);
 - ``read`` (executors) reads a batch's deliveries from that copy, so a replayed batch returns
   exactly the same rows;
@@ -53,7 +53,7 @@ _DEQUEUE_MAX = 10_000
 _ABANDONED = "7 days"
 
 _PLAN = """
-INSERT INTO lonnymq_spark.stream_delivery
+INSERT INTO {b}.stream_delivery
     (stream_id, batch, ord, id, channel, content, state, num_attempts, dequeue_at, recovered)
 SELECT %(stream)s, %(batch)s, %(ord)s + (pg_catalog.row_number() OVER ())::integer - 1,
        d.id, d.channel, d.content, d.state, d.num_attempts, d.dequeue_at, d.recovered
@@ -61,7 +61,7 @@ FROM lonnymq.message_dequeue(%(queue)s, %(lock_ms)s, %(n)s) d
 """
 
 _FILL = """
-UPDATE lonnymq_spark.stream_delivery d
+UPDATE {b}.stream_delivery d
 SET locked_until = m.locked_until, created_at = m.created_at, priority = m.priority,
     dedup_key = m.dedup_key
 FROM lonnymq.messages m
@@ -71,22 +71,22 @@ WHERE d.stream_id = %s AND d.batch = %s AND m.id = d.id
 _READ = """
 SELECT d.id, %s::text, d.channel, d.content, d.state, d.num_attempts, d.dequeue_at,
        d.locked_until, d.created_at, d.priority, d.dedup_key
-FROM lonnymq_spark.stream_delivery d
+FROM {b}.stream_delivery d
 WHERE d.stream_id = %s AND d.batch = %s AND d.ord BETWEEN %s AND %s
 ORDER BY d.ord
 """
 
 _COMPLETE = """
 WITH d AS (
-    DELETE FROM lonnymq_spark.stream_delivery d
+    DELETE FROM {b}.stream_delivery d
     WHERE d.stream_id = %(stream)s AND d.batch = %(batch)s
     RETURNING d.id, d.num_attempts
 )
 SELECT c.status, pg_catalog.count(*)
 FROM lonnymq.message_complete_batch(
-    coalesce((SELECT pg_catalog.array_agg(d.id ORDER BY d.id, d.num_attempts) FROM d), '{}'),
+    coalesce((SELECT pg_catalog.array_agg(d.id ORDER BY d.id, d.num_attempts) FROM d), '{{}}'),
     coalesce((SELECT pg_catalog.array_agg(d.num_attempts ORDER BY d.id, d.num_attempts) FROM d),
-             '{}')
+             '{{}}')
 ) c
 GROUP BY c.status
 """
@@ -94,10 +94,15 @@ GROUP BY c.status
 _HEARTBEAT = """
 SELECT h.status, pg_catalog.count(*)
 FROM (SELECT lonnymq.message_heartbeat(d.id, d.num_attempts, %s) AS status
-      FROM (SELECT DISTINCT d.id, d.num_attempts FROM lonnymq_spark.stream_delivery d
+      FROM (SELECT DISTINCT d.id, d.num_attempts FROM {b}.stream_delivery d
             WHERE d.stream_id = %s ORDER BY d.id, d.num_attempts) d) h
 GROUP BY h.status
 """
+
+
+def _in(conn: psycopg.Connection[Any], template: str) -> str:
+    """A statement above, on the tables of the connection's bookkeeping schema."""
+    return template.format(b=_bookkeeping.schema(conn))
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,9 @@ class StreamCore:
                 if conn is None or conn.closed:
                     conn = _bookkeeping.connect(self.opts.dsn, autocommit=True)
                 with self._lock:
-                    rows = conn.execute(_HEARTBEAT, (self.opts.lock_ms, self._stream)).fetchall()
+                    rows = conn.execute(
+                        _in(conn, _HEARTBEAT), (self.opts.lock_ms, self._stream)
+                    ).fetchall()
                 lost = sum(n for status, n in rows if status != "extended")
                 if lost:
                     log.warning(
@@ -241,7 +248,7 @@ class StreamCore:
             # A batch planned before but never recorded by Spark (the driver died between our
             # commit and Spark's offset log): hand out the very same deliveries again.
             row = conn.execute(
-                "SELECT pg_catalog.max(batch) FROM lonnymq_spark.stream_batch"
+                f"SELECT pg_catalog.max(batch) FROM {_bookkeeping.schema(conn)}.stream_batch"
                 " WHERE stream_id = %s AND batch > %s",
                 (stream, batch),
             ).fetchone()
@@ -272,7 +279,7 @@ class StreamCore:
             while total < n:
                 want = min(n - total, _DEQUEUE_MAX)
                 cur = conn.execute(
-                    _PLAN,
+                    _in(conn, _PLAN),
                     {
                         "stream": stream,
                         "batch": batch,
@@ -286,10 +293,10 @@ class StreamCore:
                 if cur.rowcount < want:
                     break
             if total:
-                conn.execute(_FILL, (stream, batch))
+                conn.execute(_in(conn, _FILL), (stream, batch))
                 conn.execute(
-                    "INSERT INTO lonnymq_spark.stream_batch (stream_id, batch, queue, messages)"
-                    " VALUES (%s, %s, %s, %s)",
+                    f"INSERT INTO {_bookkeeping.schema(conn)}.stream_batch"
+                    " (stream_id, batch, queue, messages) VALUES (%s, %s, %s, %s)",
                     (stream, batch, self.queue, total),
                 )
         return total
@@ -309,21 +316,19 @@ class StreamCore:
         if last <= first:
             return []
         with self._lock:
-            rows = (
-                self._db()
-                .execute(
-                    "SELECT batch, messages FROM lonnymq_spark.stream_batch"
-                    " WHERE stream_id = %s AND batch > %s AND batch <= %s ORDER BY batch",
-                    (stream, first, last),
-                )
-                .fetchall()
-            )
+            conn = self._db()
+            rows = conn.execute(
+                f"SELECT batch, messages FROM {_bookkeeping.schema(conn)}.stream_batch"
+                " WHERE stream_id = %s AND batch > %s AND batch <= %s ORDER BY batch",
+                (stream, first, last),
+            ).fetchall()
         found = {int(b): int(m) for b, m in rows}
         missing = [b for b in range(first + 1, last + 1) if b not in found]
         if missing:
             raise RuntimeError(
-                f"lonnymq stream {stream}: micro-batches {missing} are not in lonnymq_spark."
-                "stream_batch (already committed, or the bookkeeping was removed)"
+                f"lonnymq stream {stream}: micro-batches {missing} are not in"
+                f" {_bookkeeping.schema(conn)}.stream_batch (already committed, or the"
+                " bookkeeping was removed)"
             )
         slices = []
         for b in range(first + 1, last + 1):
@@ -341,34 +346,35 @@ class StreamCore:
     def _complete(self, conn: psycopg.Connection[Any], stream: str, last: int) -> None:
         """Completes the deliveries of every planned batch up to ``last`` and forgets them."""
         stale = 0
+        b = _bookkeeping.schema(conn)
         with conn.transaction():
             batches = [
                 int(r[0])
                 for r in conn.execute(
-                    "SELECT batch FROM lonnymq_spark.stream_batch"
+                    f"SELECT batch FROM {b}.stream_batch"
                     " WHERE stream_id = %s AND batch <= %s ORDER BY batch FOR UPDATE",
                     (stream, last),
                 ).fetchall()
             ]
             if not batches:
                 return
-            for b in batches:
+            for batch in batches:
                 for status, count in conn.execute(
-                    _COMPLETE, {"stream": stream, "batch": b}
+                    _in(conn, _COMPLETE), {"stream": stream, "batch": batch}
                 ).fetchall():
                     if status != "completed":
                         stale += count
                 conn.execute(
-                    "DELETE FROM lonnymq_spark.stream_batch WHERE stream_id = %s AND batch = %s",
-                    (stream, b),
+                    f"DELETE FROM {b}.stream_batch WHERE stream_id = %s AND batch = %s",
+                    (stream, batch),
                 )
             conn.execute(
-                "DELETE FROM lonnymq_spark.stream_delivery d USING lonnymq_spark.stream_batch b"
-                " WHERE b.stream_id = d.stream_id AND b.batch = d.batch"
-                f" AND b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
+                f"DELETE FROM {b}.stream_delivery d USING {b}.stream_batch sb"
+                " WHERE sb.stream_id = d.stream_id AND sb.batch = d.batch"
+                f" AND sb.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
             )
             conn.execute(
-                "DELETE FROM lonnymq_spark.stream_batch b"
+                f"DELETE FROM {b}.stream_batch b"
                 f" WHERE b.planned_at < pg_catalog.now() - interval '{_ABANDONED}'"
             )
         if stale:
@@ -383,6 +389,7 @@ class StreamCore:
 def read_slice(opts: Options, part: BatchSlice) -> Iterator[tuple[Any, ...]]:
     with _bookkeeping.connect(opts.dsn, autocommit=True) as conn:
         for row in conn.execute(
-            _READ, (opts.require_queue(), part.stream_id, part.batch, part.ord_low, part.ord_high)
+            _in(conn, _READ),
+            (opts.require_queue(), part.stream_id, part.batch, part.ord_low, part.ord_high),
         ):
             yield tuple(row)

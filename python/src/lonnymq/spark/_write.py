@@ -3,8 +3,9 @@
 Nothing a task writes becomes a message unless Spark commits that task's attempt as part of
 a committed job. Every write has an id (``key:<idempotency_key>``, ``auto:<uuid>`` for a
 write without a key, or ``stream:<query id>:<batch id>`` for a micro-batch of the sink), and
-every job that writes has a *run*: an UNLOGGED staging table ``lonnymq_spark.stage_<run>``
-the driver creates when Spark plans the job (a sink query: when it starts).
+every job that writes has a *run*: an UNLOGGED staging table ``stage_<run>`` in the role's
+bookkeeping schema (``_bookkeeping``) that the driver creates when Spark plans the job (a
+sink query: when it starts).
 
 1. A task attempt *stages* its partition, in ONE transaction: it registers itself in
    ``write_attempt`` (run, write id, partition, attempt) and COPYs its rows into the run's
@@ -61,7 +62,7 @@ AUTO_RETENTION = "7 days"
 # The staging table of a run. The checks repeat message_create_batch's element checks, so a
 # bad row fails its task (which Spark reports, or retries) rather than the job's commit.
 _STAGE_DDL = """
-CREATE UNLOGGED TABLE lonnymq_spark.{table} (
+CREATE UNLOGGED TABLE {table} (
     attempt bigint NOT NULL,
     ord integer NOT NULL,
     channel text CHECK (pg_catalog.length(channel) BETWEEN 1 AND 256),
@@ -80,7 +81,7 @@ FROM (SELECT pg_catalog.array_agg(s.channel ORDER BY s.ord) AS channels,
              pg_catalog.array_agg(s.content ORDER BY s.ord) AS contents,
              pg_catalog.array_agg(s.dequeue_at ORDER BY s.ord) AS dequeue_ats,
              pg_catalog.array_agg(s.dedup_key ORDER BY s.ord) AS dedup_keys
-      FROM lonnymq_spark.{table} s
+      FROM {table} s
       WHERE s.attempt = %(attempt)s AND s.ord >= %(low)s AND s.ord < %(high)s) a,
      LATERAL lonnymq.message_create_batch(
          %(queue)s,
@@ -199,9 +200,10 @@ def task() -> tuple[int, int]:
 
 
 def _committed(conn: psycopg.Connection[Any], queue: str, write_id: str) -> bool:
+    b = _bookkeeping.schema(conn)
     return (
         conn.execute(
-            "SELECT 1 FROM lonnymq_spark.write_job WHERE queue = %s AND write_id = %s",
+            f"SELECT 1 FROM {b}.write_job WHERE queue = %s AND write_id = %s",
             (queue, write_id),
         ).fetchone()
         is not None
@@ -225,6 +227,7 @@ def open_run(opts: Options, kind: str) -> Run:
 
 
 def _create_run(conn: psycopg.Connection[Any], run: Run, queue: str) -> None:
+    b = _bookkeeping.schema(conn)
     with conn.transaction():
         # Concurrent first tasks of a sink run: one creates, the others find it.
         conn.execute(
@@ -232,11 +235,11 @@ def _create_run(conn: psycopg.Connection[Any], run: Run, queue: str) -> None:
         )
         conn.execute(
             sql.SQL(_STAGE_DDL.replace("TABLE", "TABLE IF NOT EXISTS", 1)).format(
-                table=sql.Identifier(run.table)
+                table=sql.Identifier(b, run.table)
             )
         )
         conn.execute(
-            "INSERT INTO lonnymq_spark.write_run (run_id, queue, kind) VALUES (%s, %s, %s)"
+            f"INSERT INTO {b}.write_run (run_id, queue, kind) VALUES (%s, %s, %s)"
             " ON CONFLICT (run_id) DO UPDATE SET used_at = pg_catalog.now()",
             (run.run_id, queue, run.kind),
         )
@@ -246,10 +249,11 @@ def drop_idle_runs(conn: psycopg.Connection[Any], retention_s: int) -> int:
     """Drops the runs nobody used for ``retention_s``: their driver died before commit() or
     abort(). A run is used when it is created, when a task stages into it and when a sink
     batch commits. Returns how many runs it dropped."""
+    b = _bookkeeping.schema(conn)
     idle = conn.execute(
-        "SELECT r.run_id FROM lonnymq_spark.write_run r"
+        f"SELECT r.run_id FROM {b}.write_run r"
         " WHERE r.used_at < pg_catalog.now() - pg_catalog.make_interval(secs => %s)"
-        " AND NOT EXISTS (SELECT 1 FROM lonnymq_spark.write_attempt a WHERE a.run_id = r.run_id"
+        f" AND NOT EXISTS (SELECT 1 FROM {b}.write_attempt a WHERE a.run_id = r.run_id"
         "   AND a.staged_at >= pg_catalog.now() - pg_catalog.make_interval(secs => %s))",
         (retention_s, retention_s),
     ).fetchall()
@@ -264,14 +268,13 @@ def drop_run(conn: psycopg.Connection[Any], run: Run) -> bool:
     """Drops a run's table and bookkeeping. A straggling task still writing into the table
     (a speculative attempt Spark did not stop yet) holds a lock on it: then the run is left
     for a later clean-up rather than waited for. Needs an autocommit connection."""
+    b = _bookkeeping.schema(conn)
     try:
         with conn.transaction():
             conn.execute("SET LOCAL lock_timeout = '2s'")
-            conn.execute(
-                sql.SQL("DROP TABLE IF EXISTS lonnymq_spark.{}").format(sql.Identifier(run.table))
-            )
-            conn.execute("DELETE FROM lonnymq_spark.write_attempt WHERE run_id = %s", (run.run_id,))
-            conn.execute("DELETE FROM lonnymq_spark.write_run WHERE run_id = %s", (run.run_id,))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(b, run.table)))
+            conn.execute(f"DELETE FROM {b}.write_attempt WHERE run_id = %s", (run.run_id,))
+            conn.execute(f"DELETE FROM {b}.write_run WHERE run_id = %s", (run.run_id,))
     except psycopg.errors.LockNotAvailable:
         log.warning("lonnymq: staging run %s is in use: left for a later clean-up", run.run_id)
         return False
@@ -329,6 +332,7 @@ def _stage(
     result: PartitionResult,
     rows: Iterator[Chunk],
 ) -> None:
+    b = _bookkeeping.schema(conn)
     with conn.transaction():
         if _committed(conn, queue, result.write_id):
             result.skipped = True
@@ -338,9 +342,9 @@ def _stage(
         )
         with conn.cursor().copy(
             sql.SQL(
-                "COPY lonnymq_spark.{} (attempt, ord, channel, content, dequeue_at, dedup_key)"
+                "COPY {} (attempt, ord, channel, content, dequeue_at, dedup_key)"
                 " FROM STDIN (FORMAT BINARY)"
-            ).format(sql.Identifier(run.table))
+            ).format(sql.Identifier(b, run.table))
         ) as copy:
             copy.set_types(["bigint", "integer", "text", "bytea", "timestamptz", "text"])
             for channels, contents, ats, keys in rows:
@@ -351,7 +355,7 @@ def _stage(
                     )
                 result.rows += len(contents)
         conn.execute(
-            "UPDATE lonnymq_spark.write_attempt SET rows = %s, staged_at = pg_catalog.now()"
+            f"UPDATE {b}.write_attempt SET rows = %s, staged_at = pg_catalog.now()"
             " WHERE attempt_id = %s",
             (result.rows, attempt_id),
         )
@@ -367,7 +371,7 @@ def _register(
     attempt: int,
 ) -> int:
     row = conn.execute(
-        "INSERT INTO lonnymq_spark.write_attempt"
+        f"INSERT INTO {_bookkeeping.schema(conn)}.write_attempt"
         " (run_id, queue, write_id, partition_id, task_attempt)"
         " VALUES (%s, %s, %s, %s, %s) RETURNING attempt_id",
         (run.run_id, queue, write_id, partition_id, attempt),
@@ -414,9 +418,10 @@ def publish(
         "dedup_key": mapping.dedup_key is not None,
     }
     with _bookkeeping.connect(opts.dsn) as conn, conn.transaction():
+        b = _bookkeeping.schema(conn)
         # The write's row first: a concurrent commit of the same write waits here for ours.
         claimed = conn.execute(
-            "INSERT INTO lonnymq_spark.write_job"
+            f"INSERT INTO {b}.write_job"
             " (queue, write_id, partitions, created, deduplicated, dropped)"
             " VALUES (%s, %s, %s, 0, 0, 0) ON CONFLICT (queue, write_id) DO NOTHING RETURNING 1",
             (queue, write_id, len(attempts)),
@@ -428,13 +433,13 @@ def publish(
                 if a.attempt_id is not None and a.run_id is not None:
                     _publish_attempt(conn, Run(a.run_id), write_id, a, flags, opts.chunk_rows, done)
             conn.execute(
-                "UPDATE lonnymq_spark.write_job SET created = %s, deduplicated = %s, dropped = %s"
+                f"UPDATE {b}.write_job SET created = %s, deduplicated = %s, dropped = %s"
                 " WHERE queue = %s AND write_id = %s",
                 (done.created, done.deduplicated, done.dropped, queue, write_id),
             )
         _forget_attempts(conn, run, queue, write_id)
         conn.execute(
-            "UPDATE lonnymq_spark.write_run SET used_at = pg_catalog.now() WHERE run_id = ANY(%s)",
+            f"UPDATE {b}.write_run SET used_at = pg_catalog.now() WHERE run_id = ANY(%s)",
             (sorted({run.run_id} | {a.run_id for a in attempts if a.run_id}),),
         )
         _prune_markers(conn)
@@ -450,8 +455,9 @@ def _publish_attempt(
     chunk_rows: int,
     done: Published,
 ) -> None:
+    b = _bookkeeping.schema(conn)
     row = conn.execute(
-        "SELECT rows FROM lonnymq_spark.write_attempt"
+        f"SELECT rows FROM {b}.write_attempt"
         " WHERE attempt_id = %s AND run_id = %s AND write_id = %s AND partition_id = %s",
         (a.attempt_id, run.run_id, write_id, a.partition_id),
     ).fetchone()
@@ -460,7 +466,7 @@ def _publish_attempt(
             f"lonnymq write {write_id}: the staging of partition {a.partition_id} (attempt "
             f"{a.task_attempt}) is gone: aborted, or dropped as idle; run the write again"
         )
-    query = sql.SQL(_PUBLISH_CHUNK).format(table=sql.Identifier(run.table))
+    query = sql.SQL(_PUBLISH_CHUNK).format(table=sql.Identifier(b, run.table))
     counts = {"created": 0, "deduplicated": 0, "dropped": 0}
     for low in range(0, a.rows, chunk_rows):
         for status, n in conn.execute(
@@ -476,7 +482,7 @@ def _publish_attempt(
             f"{sum(counts.values())} are left (server crash?): run the write again"
         )
     conn.execute(
-        "INSERT INTO lonnymq_spark.write_partition (queue, write_id, partition_id, task_attempt,"
+        f"INSERT INTO {b}.write_partition (queue, write_id, partition_id, task_attempt,"
         " rows, created, deduplicated, dropped) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
         (
             flags["queue"],
@@ -499,8 +505,9 @@ def _forget_attempts(conn: psycopg.Connection[Any], run: Run, queue: str, write_
     """Deletes every staged attempt of a committed write, in this run and in runs of earlier
     failed or killed drivers of the same write; their rows can never be published now. (A
     batch run's own table is dropped whole right after.)"""
+    b = _bookkeeping.schema(conn)
     gone = conn.execute(
-        "DELETE FROM lonnymq_spark.write_attempt WHERE queue = %s AND write_id = %s"
+        f"DELETE FROM {b}.write_attempt WHERE queue = %s AND write_id = %s"
         " RETURNING run_id, attempt_id",
         (queue, write_id),
     ).fetchall()
@@ -511,23 +518,20 @@ def _forget_attempts(conn: psycopg.Connection[Any], run: Run, queue: str, write_
         if run_id == run.run_id and run.kind == "batch":
             continue
         table = Run(run_id).table
-        exists = conn.execute(
-            "SELECT pg_catalog.to_regclass(%s)", (f"lonnymq_spark.{table}",)
-        ).fetchone()
+        exists = conn.execute("SELECT pg_catalog.to_regclass(%s)", (f"{b}.{table}",)).fetchone()
         if exists is None or exists[0] is None:
             continue
         conn.execute(
-            sql.SQL("DELETE FROM lonnymq_spark.{} WHERE attempt = ANY(%s)").format(
-                sql.Identifier(table)
-            ),
+            sql.SQL("DELETE FROM {} WHERE attempt = ANY(%s)").format(sql.Identifier(b, table)),
             (ids,),
         )
 
 
 def _prune_markers(conn: psycopg.Connection[Any]) -> None:
+    b = _bookkeeping.schema(conn)
     for table in ("write_partition", "write_job"):
         conn.execute(
-            f"DELETE FROM lonnymq_spark.{table} WHERE committed_at < pg_catalog.now()"
+            f"DELETE FROM {b}.{table} WHERE committed_at < pg_catalog.now()"
             f" - interval '{AUTO_RETENTION}' AND (write_id LIKE 'auto:%%'"
             " OR write_id LIKE 'stream:%%')"
         )
@@ -542,13 +546,12 @@ def discard(opts: Options, messages: Iterable[Any]) -> None:
     if not by_run:
         return
     with _bookkeeping.connect(opts.dsn) as conn, conn.transaction():
+        b = _bookkeeping.schema(conn)
         for run_id, ids in by_run.items():
+            conn.execute(f"DELETE FROM {b}.write_attempt WHERE attempt_id = ANY(%s)", (ids,))
             conn.execute(
-                "DELETE FROM lonnymq_spark.write_attempt WHERE attempt_id = ANY(%s)", (ids,)
-            )
-            conn.execute(
-                sql.SQL("DELETE FROM lonnymq_spark.{} WHERE attempt = ANY(%s)").format(
-                    sql.Identifier(Run(run_id).table)
+                sql.SQL("DELETE FROM {} WHERE attempt = ANY(%s)").format(
+                    sql.Identifier(b, Run(run_id).table)
                 ),
                 (ids,),
             )
