@@ -28,11 +28,13 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_class() IS 'Advisory lock class of channel head raises.';
 
--- Advisory lock classes of the wake-up handshake (see _notify_waiters), keyed
--- by hashtext(queue name). "waiting": consumers about to sleep on a queue hold it shared
--- until they wake. "producing": producers that decided not to notify hold it
--- shared until commit; a consumer starting to wait takes it exclusively for
--- a moment, to let them commit first. Producers only ever try both.
+-- Advisory lock classes of the wake-up handshake (see _notify_waiters and
+-- wait_begin), keyed by the queue's wake-up slot (_wait_slot). "waiting":
+-- consumers about to sleep on a queue hold its slot shared, at session level,
+-- until they wake. "producing": producers that may have skipped a NOTIFY
+-- hold it shared until commit; a consumer starting to wait takes it
+-- exclusively for a moment, to let them commit first. Producers only ever
+-- try both.
 CREATE OR REPLACE FUNCTION lonnymq._waiting_lock_class() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
@@ -46,6 +48,19 @@ AS $$
     SELECT 1819242096  -- the bytes of 'lonp'
 $$;
 COMMENT ON FUNCTION lonnymq._producing_lock_class() IS 'Advisory lock class of producers that skipped a wake-up.';
+
+-- The wake-up slot of a queue, 0 to 63, by name (a consumer may wait on a
+-- queue that does not exist yet). Queues share 64 slots so that a consumer
+-- waiting on every queue, or a transaction producing into thousands, holds
+-- at most 64 entries of PostgreSQL's shared lock table (each session gets
+-- max_locks_per_transaction, 64 by default, on average). Two queues in one
+-- slot only cost a NOTIFY nobody needed.
+CREATE OR REPLACE FUNCTION lonnymq._wait_slot(p_queue text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.hashtext(p_queue) OPERATOR(pg_catalog.&) 63
+$$;
+COMMENT ON FUNCTION lonnymq._wait_slot(text) IS 'Wake-up slot (0-63) of a queue: the key of its wake-up locks.';
 
 -- How many head locks one call may hold: each is an entry in PostgreSQL's
 -- shared lock table (max_locks_per_transaction x max_connections entries for

@@ -166,16 +166,19 @@ $$;
 COMMENT ON FUNCTION lonnymq._notify(text, text, text) IS 'Sends a coalescable event unless lonnymq.notify is off.';
 
 -- Wakes consumers of a queue about new or newly ready work: a 'lonnymq' NOTIFY,
--- but only while a consumer waits (wait_begin), because a notifying commit
--- takes a database-wide lock through its WAL flush and notifying producers
--- serialize on it. The handshake, with no write and no wait on this side:
--- hold the queue's producing lock shared until commit (tried), then see
--- whether a consumer holds the waiting lock (tried exclusively and released).
--- A consumer about to sleep takes the waiting lock, then the producing lock
--- exclusively for a moment (waiting for producers that decided not to notify
--- to commit), and only then looks for work: a message committed without a
--- NOTIFY is one it sees. Either try failing means "maybe someone waits":
--- notify. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
+-- but only while a consumer waits on the queue's slot (wait_begin, _wait_slot),
+-- because a notifying commit takes a database-wide lock through its WAL flush
+-- and notifying producers serialize on it. The handshake, with no write and
+-- no wait on this side: hold the slot's producing lock shared until commit
+-- (tried), then see whether a consumer holds the waiting lock (tried
+-- exclusively and released). A consumer about to sleep takes the waiting
+-- lock, then the producing lock exclusively for a moment (waiting for
+-- producers that decided not to notify to commit), and only then looks for
+-- work: a message committed without a NOTIFY is one it sees. Any try failing
+-- means "maybe someone waits": notify. The waiting lock is tried once before
+-- the producing lock too, so that a producer that notifies anyway holds
+-- nothing, and a consumer's wait is for the producers that did not notify
+-- only. At REPEATABLE READ and SERIALIZABLE the same holds (the consumer
 -- waits for the commit, not for a snapshot). lonnymq.notify = off: never.
 -- Returns whether it notified (whether someone may wait). It returns a value
 -- so that a caller can evaluate it as an expression (`x := ...`), which
@@ -185,14 +188,18 @@ CREATE OR REPLACE FUNCTION lonnymq._notify_waiters(p_queue text, p_event text) R
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_key integer := pg_catalog.hashtext(p_queue);  -- (by name: a waiter may come before the queue)
+    v_slot integer := lonnymq._wait_slot(p_queue);
 BEGIN
-    -- (CASE: the tries must run in this order, and the unlock only after a
+    -- (CASE: the tries must run in this order, and each unlock only after a
     -- successful try.)
-    IF (CASE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._producing_lock_class(), v_key)
+    IF (CASE WHEN NOT pg_catalog.pg_try_advisory_lock(lonnymq._waiting_lock_class(), v_slot)
              THEN true
-             WHEN pg_catalog.pg_try_advisory_lock(lonnymq._waiting_lock_class(), v_key)
-             THEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_key)
+             WHEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_slot)
+             THEN true
+             WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._producing_lock_class(), v_slot)
+             THEN true
+             WHEN pg_catalog.pg_try_advisory_lock(lonnymq._waiting_lock_class(), v_slot)
+             THEN NOT pg_catalog.pg_advisory_unlock(lonnymq._waiting_lock_class(), v_slot)
              ELSE true END) THEN
         PERFORM lonnymq._notify('lonnymq', p_queue, p_event);
         RETURN true;
@@ -201,7 +208,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION lonnymq._notify_waiters(text, text)
-    IS 'NOTIFY lonnymq about a queue only while a consumer waits on it (wait_begin); whether it did.';
+    IS 'NOTIFY lonnymq about a queue only while a consumer may wait on it (wait_begin); whether it did.';
 
 -- Looks a queue up by name; with p_create, creates it on first use.
 CREATE OR REPLACE FUNCTION lonnymq._queue_id(p_queue text, p_create boolean) RETURNS integer

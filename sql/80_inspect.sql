@@ -105,43 +105,75 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next message could be dequeued; NULL if none queued.';
 
+-- The wake-up slots of this session's wait_begin calls that could not
+-- announce, one element per call, kept in the session setting
+-- lonnymq.unannounced: the matching wait_end ends nothing then, rather than
+-- another queue's announcement in the same slot. (A session that sets it
+-- itself only changes its own announcements.)
+CREATE OR REPLACE FUNCTION lonnymq._unannounced() RETURNS integer[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN v OPERATOR(pg_catalog.~) '^[0-9]{1,2}(,[0-9]{1,2})*$'
+                THEN pg_catalog.string_to_array(v, ',')::integer[] ELSE '{}' END
+    FROM (SELECT pg_catalog.current_setting('lonnymq.unannounced', true)) s(v)
+$$;
+COMMENT ON FUNCTION lonnymq._unannounced() IS 'Wake-up slots of this session''s wait_begin calls that did not announce.';
+
 -- Announces that the caller is about to sleep on a queue until a 'lonnymq'
 -- NOTIFY for it (LISTEN lonnymq) or until the returned number of
 -- milliseconds has passed, and returns that number: wait_hint_ms, or NULL
 -- (nothing queued: sleep until notified). Producers notify only while a
 -- consumer waits (see _notify_waiters), so a LISTEN client calls this before
--- it sleeps and wait_end when it wakes, on one connection (the announcement is
--- a session-level lock: it holds no transaction open, and ends with the session
--- if wait_end never comes). No wake-up is lost: producers that decided not to notify
--- before the announcement are waited for (at most 100 ms) before the hint
--- looks for work; if one is still in flight then, the hint is at most 100 ms,
--- so the caller looks again soon.
+-- it sleeps and wait_end when it wakes, on one connection, once per call (the
+-- announcement is a session-level lock on the queue's slot: it holds no
+-- transaction open, ends with the session if wait_end never comes, and one
+-- session waiting on any number of queues holds at most 64 of them). No
+-- wake-up is lost: producers that decided not to notify before the
+-- announcement are waited for (at most 100 ms) before the hint looks for
+-- work; if the announcement or that wait does not succeed in time, the hint
+-- is at most 100 ms, so the caller looks again soon.
 CREATE OR REPLACE FUNCTION lonnymq.wait_begin(queue text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_key integer;
+    v_slot integer;
     v_patience_ms constant bigint := 100;
     v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    v_announced boolean;
     v_settled boolean;
 BEGIN
     PERFORM lonnymq._check_name(wait_begin.queue, 'queue', false);
-    -- Keyed by name: a consumer may wait on a queue that does not exist yet.
-    v_key := pg_catalog.hashtext(wait_begin.queue);
-    -- Tried: a producer checking for waiters holds it exclusively for an
-    -- instant (or another role holds it): then look again soon instead.
-    v_settled := pg_catalog.pg_try_advisory_lock_shared(lonnymq._waiting_lock_class(), v_key);
-    IF v_settled THEN
-        -- Producers in flight that skipped their NOTIFY, waited out without
-        -- blocking anyone for long: a lock timeout in a subtransaction.
+    v_slot := lonnymq._wait_slot(wait_begin.queue);
+    -- Announce, then let the producers that skipped their NOTIFY commit: both
+    -- tried first, which is enough unless someone holds the locks right now.
+    -- (CASE: in this order, and the unlock only after a successful try.)
+    v_announced := pg_catalog.pg_try_advisory_lock_shared(lonnymq._waiting_lock_class(), v_slot);
+    v_settled := CASE WHEN NOT v_announced THEN false
+                      WHEN pg_catalog.pg_try_advisory_lock(lonnymq._producing_lock_class(), v_slot)
+                      THEN pg_catalog.pg_advisory_unlock(lonnymq._producing_lock_class(), v_slot)
+                      ELSE false END;
+    IF NOT v_settled THEN
+        -- Waited for without blocking anyone for long: a lock timeout in a
+        -- subtransaction. (A producer checking for waiters holds the waiting
+        -- lock exclusively for an instant; producers in flight hold the
+        -- producing lock until they commit.)
         BEGIN
             PERFORM pg_catalog.set_config('lock_timeout', v_patience_ms::text, true);
-            PERFORM pg_catalog.pg_advisory_lock(lonnymq._producing_lock_class(), v_key);
-            PERFORM pg_catalog.pg_advisory_unlock(lonnymq._producing_lock_class(), v_key);
+            IF NOT v_announced THEN
+                PERFORM pg_catalog.pg_advisory_lock_shared(lonnymq._waiting_lock_class(), v_slot);
+                v_announced := true;
+            END IF;
+            PERFORM pg_catalog.pg_advisory_lock(lonnymq._producing_lock_class(), v_slot);
+            PERFORM pg_catalog.pg_advisory_unlock(lonnymq._producing_lock_class(), v_slot);
+            v_settled := true;
         EXCEPTION WHEN lock_not_available THEN
-            v_settled := false;
+            NULL;  -- (a session lock taken above stays taken)
         END;
         PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    END IF;
+    IF NOT v_announced THEN
+        PERFORM pg_catalog.set_config('lonnymq.unannounced',
+            pg_catalog.array_to_string(pg_catalog.array_append(lonnymq._unannounced(), v_slot), ','), false);
     END IF;
     IF v_settled THEN
         RETURN lonnymq.wait_hint_ms(wait_begin.queue);
@@ -152,22 +184,30 @@ $$;
 COMMENT ON FUNCTION lonnymq.wait_begin(text)
     IS 'Marks the session as waiting on a queue until wait_end; returns how long to sleep at most.';
 
--- Ends what wait_begin announced (once per wait_begin; nothing if there is
--- nothing to end, such as when wait_begin could not announce).
+-- Ends what one wait_begin of the queue announced (nothing if there is
+-- nothing to end, such as when wait_begin could not announce). The slot's
+-- lock is counted: it stays held while other announcements in it last.
 CREATE OR REPLACE FUNCTION lonnymq.wait_end(queue text) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_key integer;
+    v_slot integer;
+    v_unannounced integer[];
+    v_at integer;
 BEGIN
     PERFORM lonnymq._check_name(wait_end.queue, 'queue', false);
-    v_key := pg_catalog.hashtext(wait_end.queue);
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
-               WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
-                 AND l.mode = 'ShareLock' AND l.objsubid = 2
-                 AND l.classid = (lonnymq._waiting_lock_class())::pg_catalog.oid
-                 AND l.objid = (v_key)::pg_catalog.oid) THEN
-        PERFORM pg_catalog.pg_advisory_unlock_shared(lonnymq._waiting_lock_class(), v_key);
+    v_slot := lonnymq._wait_slot(wait_end.queue);
+    v_unannounced := lonnymq._unannounced();
+    v_at := pg_catalog.array_position(v_unannounced, v_slot);
+    IF v_at IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('lonnymq.unannounced',
+            pg_catalog.array_to_string(v_unannounced[:v_at - 1] || v_unannounced[v_at + 1:], ','), false);
+    ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                  WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+                    AND l.mode = 'ShareLock' AND l.objsubid = 2
+                    AND l.classid = (lonnymq._waiting_lock_class())::pg_catalog.oid
+                    AND l.objid = (v_slot)::pg_catalog.oid) THEN
+        PERFORM pg_catalog.pg_advisory_unlock_shared(lonnymq._waiting_lock_class(), v_slot);
     END IF;
 END
 $$;

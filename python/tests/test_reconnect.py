@@ -295,14 +295,14 @@ async def test_an_async_worker_listens_again_at_once(dsn: str, aqueue: AsyncQueu
 
 
 def announcing_backends(dsn: str, queue: str) -> list[int]:
-    """Backends holding the waiting announcement (wait_begin's session lock) of ``queue``."""
+    """Backends holding a waiting announcement (wait_begin's session lock) of ``queue``'s slot."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return [
             r[0]
             for r in conn.execute(
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
                 " AND objsubid = 2 AND classid = lonnymq._waiting_lock_class()::oid"
-                " AND objid = hashtext(%s)::oid",
+                " AND objid = lonnymq._wait_slot(%s)::oid",
                 (queue,),
             )
         ]

@@ -31,16 +31,40 @@ SELECT lonnymq.wait_hint_ms('no-such-queue') IS NULL AS unknown_queue;
 
 
 -- wait_begin: the hint of wait_hint_ms, with the session announced as waiting
--- (the queue's waiting lock, shared, held across transactions) until wait_end.
--- Producers meeting it notify: iso_wake.spec.
+-- (the waiting lock of the queue's slot, shared, held across transactions)
+-- until wait_end. Producers meeting it notify: iso_wake.spec.
+CREATE TEMP VIEW announced AS
+SELECT objid::int AS slot FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND mode = 'ShareLock' AND classid::bigint = 1819242103;
 SELECT lonnymq.wait_begin('shop') BETWEEN 3500000 AND 3600000 AS next_in_an_hour;
 SELECT lonnymq.wait_begin('no-such-queue') IS NULL AS unknown_queue_waits_for_a_notify;
-SELECT count(*) AS announcements FROM pg_locks
-WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND mode = 'ShareLock'
-  AND classid::bigint = 1819242103 AND objid IN (hashtext('shop')::oid, hashtext('no-such-queue')::oid);
+-- shop-33 shares shop's slot: one lock entry for both, held until both end.
+SELECT lonnymq._wait_slot('shop-33') = lonnymq._wait_slot('shop') AS same_slot,
+       lonnymq._wait_slot('no-such-queue') <> lonnymq._wait_slot('shop') AS other_slot;
+SELECT lonnymq.wait_begin('shop-33') IS NULL AS unknown_queue_waits_for_a_notify;
+SELECT array_agg(slot ORDER BY slot) = ARRAY[lonnymq._wait_slot('no-such-queue'), lonnymq._wait_slot('shop')]
+       AS one_entry_per_slot
+FROM announced;
 SELECT lonnymq.wait_end('shop'), lonnymq.wait_end('no-such-queue');
+SELECT array_agg(slot) = ARRAY[lonnymq._wait_slot('shop-33')] AS shop_33_still_waits FROM announced;
+SELECT lonnymq.wait_end('shop-33');
 SELECT lonnymq.wait_end('shop');  -- (nothing left to end: nothing happens)
 SELECT count(*) AS none_left FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+-- A waiter on 2,000 queues holds one entry per slot, 64 at most, and a
+-- producer into 2,000 queues in one transaction too (producing locks, until
+-- commit): PostgreSQL's shared lock table is not theirs to fill
+-- (tests_reliability/test_lock_table.py runs both on a small one).
+SELECT count(*) FILTER (WHERE h IS NULL) AS nothing_queued
+FROM generate_series(1, 2000) i, lonnymq.wait_begin('many-' || i) h;
+SELECT count(*) AS slots_held FROM announced;
+SELECT count(lonnymq.wait_end('many-' || i)) AS ended FROM generate_series(1, 2000) i;
+SELECT count(*) AS none_left FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+BEGIN;
+SELECT count(*) AS created FROM generate_series(1, 2000) i, lonnymq.message_create('many-' || i, NULL, 'x') m
+WHERE m.status = 'created';
+SELECT count(*) AS producing_slots FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND classid::bigint = 1819242096;
+ROLLBACK;
 SELECT lonnymq.wait_begin(NULL);
 SELECT count(*) AS healthy FROM lonnymq.verify();
 
