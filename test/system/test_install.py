@@ -36,7 +36,7 @@ from .conftest import (
 )
 
 # Operator symbols planted: a superset of those in the install script (checked below).
-SYMBOLS = ["=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "||", "~", "!~", "~~"]
+SYMBOLS = ["=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "&", "||", "~", "!~", "~~"]
 TYPES = [
     "smallint",
     "integer",

@@ -6,10 +6,17 @@ In 1.0 a batch create over 20,000 distinct channels, or two dequeues of 10,000 o
 channels, took one advisory lock per channel and failed with "out of shared memory" (and so
 did an unrelated session elsewhere). Channels are now coordinated through row locks, which
 live in the rows, and the head locks a call may hold are bounded (_head_lock_budget, 256).
+
+The wake-up handshake escaped that bound until 2.0: wait_begin kept one session lock per
+queue, and a producer one lock per queue it wrote to until commit, so on a server with a small
+lock table one waiter over 1,500 queues (``lonnymq tail``, the dashboard) or one statement
+creating into 15,000 queues failed with 53200. Queues now share 64 wake-up slots
+(_wait_slot): both hold at most 64 advisory locks.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,9 +24,19 @@ from typing import Any
 import psycopg
 import pytest
 
-from .conftest import ADMIN_DSN, drop_database, recreate_database, scalar, verify
+from .conftest import (
+    ADMIN_DSN,
+    OWN_PORT,
+    ROOT,
+    OwnCluster,
+    drop_database,
+    recreate_database,
+    scalar,
+    verify,
+)
 
 HEAD_LOCK_BUDGET = 256
+WAKE_SLOTS = 64
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +130,85 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
         sorted(delivered + rest) == sorted(set(delivered + rest))
         and len(delivered + rest) == 12_000
     )
+
+
+# -- the wake-up handshake on a server with a small lock table ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_lock_table() -> Iterator[str]:
+    """A private server whose shared lock table holds a few hundred entries
+    (max_locks_per_transaction 10 for about 26 backends); a database with the extension."""
+    cluster = OwnCluster(ROOT / ".pgdata-small-lock-table", OWN_PORT + 1)
+    cluster.create()
+    with open(cluster.pgdata / "postgresql.conf", "a") as conf:
+        conf.write(
+            "max_connections = 20\nmax_locks_per_transaction = 10\nmax_worker_processes = 2\n"
+            "max_wal_senders = 0\nshared_buffers = 32MB\n"
+        )
+    cluster.start()
+    try:
+        yield recreate_database(cluster.admin_dsn, "lonnymq_rel_small_lock_table")
+    finally:
+        cluster.destroy()
+
+
+def heard_queues(conn: psycopg.Connection[Any], wanted: set[str]) -> set[str]:
+    """The queues named by the 'lonnymq' notifications ``conn`` receives, until it has heard
+    every queue in ``wanted`` or nothing more arrives for 10 s."""
+    heard: set[str] = set()
+    while not wanted <= heard:
+        before = len(heard)
+        for notify in conn.notifies(timeout=10.0, stop_after=1000):
+            heard.add(json.loads(notify.payload)["queue"])
+        if len(heard) == before:
+            break
+    return heard
+
+
+def test_a_waiter_over_2000_queues_and_a_producer_into_15000_fit_a_small_lock_table(
+    small_lock_table: str,
+) -> None:
+    dsn = small_lock_table
+    # The server is small enough that one lock per queue does not fit: the 1.12 scheme failed.
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.errors.OutOfMemory):
+        conn.execute("SELECT count(pg_advisory_lock(1, i)) FROM generate_series(1, 2000) i")
+
+    queues = [f"q-{i}" for i in range(15_000)]
+    waited = queues[:2000]
+    with psycopg.connect(dsn, autocommit=True) as waiter:
+        waiter.execute("LISTEN lonnymq")
+        # A producer into 15,000 queues in one statement, nobody waiting: it holds the producing
+        # lock of each slot until commit, one entry per slot.
+        with psycopg.connect(dsn) as producer:
+            created = scalar(
+                producer,
+                "SELECT count(*) FROM unnest(%s::text[]) q, lonnymq.message_create(q, NULL, 'x') m"
+                " WHERE m.status = 'created'",
+                (queues,),
+            )
+            assert created == 15_000
+            assert advisory_locks(producer) == WAKE_SLOTS
+            producer.commit()
+
+        # A waiter over 2,000 queues (as tail and the dashboard announce them): one lock per slot.
+        waiter.execute("SELECT count(lonnymq.wait_begin(q)) FROM unnest(%s::text[]) q", (waited,))
+        assert advisory_locks(waiter) <= WAKE_SLOTS
+
+        # The same 15,000 queues again, in one statement, while it waits: every queue waited on
+        # is notified (no wake-up lost), and the producer's lock entries stay bounded.
+        with psycopg.connect(dsn) as producer:
+            created = scalar(
+                producer,
+                "SELECT count(*) FROM unnest(%s::text[]) q, lonnymq.message_create(q, NULL, 'y') m"
+                " WHERE m.status = 'created'",
+                (queues,),
+            )
+            assert created == 15_000
+            assert advisory_locks(producer) <= WAKE_SLOTS
+            producer.commit()
+        assert set(waited) <= heard_queues(waiter, set(waited))
+
+        waiter.execute("SELECT count(lonnymq.wait_end(q)) FROM unnest(%s::text[]) q", (waited,))
+        assert advisory_locks(waiter) == 0
+    assert verify(dsn) == []
