@@ -1,4 +1,4 @@
--- Security, all of it that SQL can show (README, "Privileges"), in three
+-- Security, all of it that SQL can show (docs/privileges.md), in three
 -- parts, each on a fresh install inside one rolled-back transaction:
 -- 1. the catalog: pinned search_path, definer's rights, no grants;
 -- 2. the GRANT recipes, tried function by function and relation by relation;
@@ -121,7 +121,7 @@ DROP EXTENSION lonnymq CASCADE;
 RESET client_min_messages;
 CREATE EXTENSION lonnymq;
 
--- The README GRANT recipes (docs/grants.sql, run here as
+-- The GRANT recipes (docs/grants.sql, run here as
 -- is): a role with no grant can do nothing; the producer can only create;
 -- the consumer can only consume; the monitor can only read. Every function
 -- and relation of the schema is tried as every role.
@@ -310,7 +310,7 @@ DROP EXTENSION lonnymq CASCADE;
 RESET client_min_messages;
 CREATE EXTENSION lonnymq;
 
--- A hostile search_path cannot change what lonnymq does (README, "Privileges").
+-- A hostile search_path cannot change what lonnymq does (docs/privileges.md).
 -- A role puts its own schema first, with look-alikes of now(),
 -- clock_timestamp(), floor(), coalesce(), format(), length(), hashtext(),
 -- nextval(), pg_notify(), current_setting(), the advisory-lock functions, an
