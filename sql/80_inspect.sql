@@ -111,7 +111,7 @@ COMMENT ON FUNCTION lonnymq.wait_hint_ms(text) IS 'Milliseconds until the next m
 -- another queue's announcement in the same slot. (A session that sets it
 -- itself only changes its own announcements.)
 CREATE OR REPLACE FUNCTION lonnymq._unannounced() RETURNS integer[]
-LANGUAGE sql STABLE
+LANGUAGE sql VOLATILE  -- (wait_begin and wait_end change it within a statement)
 AS $$
     SELECT CASE WHEN v OPERATOR(pg_catalog.~) '^[0-9]{1,2}(,[0-9]{1,2})*$'
                 THEN pg_catalog.string_to_array(v, ',')::integer[] ELSE '{}' END
