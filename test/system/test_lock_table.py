@@ -179,7 +179,9 @@ def test_a_waiter_over_2000_queues_and_a_producer_into_15000_fit_a_small_lock_ta
     with psycopg.connect(dsn, autocommit=True) as waiter:
         waiter.execute("LISTEN lonnymq")
         # A producer into 15,000 queues in one statement, nobody waiting: it holds the producing
-        # lock of each slot until commit, one entry per slot.
+        # lock of each slot until commit, one entry per slot. (Channel-less messages: a message
+        # into an existing channel also holds that channel's head lock until commit, which
+        # _head_lock_budget bounds per call, not per transaction.)
         with psycopg.connect(dsn) as producer:
             created = scalar(
                 producer,
