@@ -60,7 +60,7 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._check_dequeue_ms(bigint) IS 'A dequeue time the views can show, 22023 otherwise.';
 
--- Raises the SQLSTATE 22023 error that every invalid argument gets (README, "Statuses and errors").
+-- Raises the SQLSTATE 22023 error that every invalid argument gets (docs/statuses.md).
 CREATE OR REPLACE FUNCTION lonnymq._invalid(p_message text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp
 AS $$

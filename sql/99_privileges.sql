@@ -1,7 +1,7 @@
 -- ===========================================================================
 -- Privileges. Nothing is granted to PUBLIC: the schema itself is private to
 -- the extension owner. API functions are SECURITY DEFINER so that roles get
--- EXECUTE on the calls they need and never touch the tables; the README has
+-- EXECUTE on the calls they need and never touch the tables; docs/grants.sql has
 -- the producer, consumer and monitor GRANT recipes.
 -- ===========================================================================
 

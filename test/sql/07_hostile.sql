@@ -113,7 +113,7 @@ SELECT count(*) AS live FROM lonnymq.messages WHERE queue = 'idem';
 SELECT count(*) AS broken_invariants FROM lonnymq.verify();
 
 -- DROP EXTENSION deletes every message with the extension's tables. The
--- README's guard (a view of the caller's own on lonnymq.message) makes a plain
+-- guard of docs/upgrades.md (a view of the caller's own on lonnymq.message) makes a plain
 -- DROP EXTENSION refuse; nothing is lost.
 SELECT count(*) AS live_before FROM lonnymq.messages;
 CREATE VIEW public.lonnymq_drop_guard AS SELECT m.id FROM lonnymq.message m WHERE false;

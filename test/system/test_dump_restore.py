@@ -16,7 +16,7 @@ has its recipe GRANTs. After ``pg_dump -Fc`` and ``pg_restore`` into a new datab
 - the recipe GRANTs on extension objects survive (a monitor can read the restored views).
 
 A database whose extension a non-superuser owns keeps that owner through the restore
-procedure the README documents (``pg_restore --role=OWNER``, also with ``--no-owner``):
+procedure docs/upgrades.md documents (``pg_restore --role=OWNER``, also with ``--no-owner``):
 a superuser restoring without it would own every SECURITY DEFINER function, so the
 install script refuses (the schema, restored first, is the owner's) with a hint.
 """
@@ -230,7 +230,7 @@ def test_restore_keeps_a_non_superuser_owner(tmp_path: Path) -> None:
         src = dsn_for(ADMIN_DSN, source, user=owner)
         with psycopg.connect(src, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION lonnymq")
-            # The README's guard against DROP EXTENSION travels with the dump.
+            # The guard (docs/upgrades.md) against DROP EXTENSION travels with the dump.
             conn.execute(
                 "CREATE VIEW public.lonnymq_drop_guard AS "
                 "SELECT m.id FROM lonnymq.message m WHERE false"
