@@ -101,7 +101,33 @@ ARCHIVE_REQUEUE = """
 SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::pg_catalog.int8)
 """
 
-ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::pg_catalog.interval)"
+# A bulk redrive: every archived message of a queue matching the filter.
+ARCHIVE_REQUEUE_MATCHING = """
+SELECT requeued, dropped
+  FROM lonnymq.archive_requeue(
+       queue => %s::pg_catalog.text,
+       outcome => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       archived_after => %s::pg_catalog.timestamptz,
+       archived_before => %s::pg_catalog.timestamptz)
+"""
+
+ARCHIVE_PRUNE = """
+SELECT lonnymq.archive_prune(
+       older_than => %s::pg_catalog.interval,
+       queue => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       outcome => %s::pg_catalog.text)
+"""
+
+QUEUE_PAUSE = "SELECT lonnymq.queue_pause(queue => %s::pg_catalog.text)"
+QUEUE_RESUME = "SELECT lonnymq.queue_resume(queue => %s::pg_catalog.text)"
+CHANNEL_PAUSE = """
+SELECT lonnymq.channel_pause(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)
+"""
+CHANNEL_RESUME = """
+SELECT lonnymq.channel_resume(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)
+"""
 
 WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::pg_catalog.text)"
 WAIT_BEGIN = "SELECT lonnymq.wait_begin(queue => %s::pg_catalog.text)"
