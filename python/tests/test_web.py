@@ -22,7 +22,9 @@ from lonnymq.web import create_app
 
 from .helpers import wait_for
 
-ORIGIN = {"origin": "http://testserver"}
+# The dashboard answers to the loopback names only unless told otherwise (DNS rebinding).
+BASE = "http://localhost:8080"
+ORIGIN = {"origin": BASE}
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 @pytest.fixture
 def client(dsn: str) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn, actions=True), follow_redirects=False) as c:
+    with TestClient(create_app(dsn, actions=True), base_url=BASE, follow_redirects=False) as c:
         yield c
 
 
@@ -66,7 +68,7 @@ def test_overview_lists_queues_with_bounded_counts(
 ) -> None:
     for i in range(5):
         create(db, queue_name, f"tenant{i % 2}", b"x")
-    with TestClient(create_app(dsn, count_limit=3)) as c:
+    with TestClient(create_app(dsn, count_limit=3), base_url=BASE) as c:
         page = c.get("/")
     assert page.status_code == 200
     row = re.search(rf'<tr class="" data-queue="{queue_name}">(.*?)</tr>', page.text, re.S)
@@ -163,7 +165,7 @@ def test_actions_refused_cross_origin_or_read_only(
     referer = {"referer": "http://evil.example/"}
     assert client.post("/actions/channel-pause", data=form, headers=referer).status_code == 403
     assert not paused(db, queue_name, "t")
-    with TestClient(create_app(dsn), follow_redirects=False) as read_only:
+    with TestClient(create_app(dsn), base_url=BASE, follow_redirects=False) as read_only:
         page = read_only.get("/channels", params={"queue": queue_name})
         assert "/actions/channel-pause" not in page.text
         refused = read_only.post("/actions/channel-pause", data=form, headers=ORIGIN)
@@ -177,7 +179,7 @@ def test_actions_refused_cross_origin_or_read_only(
 
 
 def test_basic_auth(dsn: str) -> None:
-    with TestClient(create_app(dsn, auth=("ops", "s3cret"))) as c:
+    with TestClient(create_app(dsn, auth=("ops", "s3cret")), base_url=BASE) as c:
         assert c.get("/").status_code == 401
         assert c.get("/metrics").status_code == 401
         wrong = base64.b64encode(b"ops:nope").decode()
@@ -279,14 +281,14 @@ def test_archive_filter_requeue_and_prune(
 def test_metrics(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     create(db, queue_name, "tenant-a", b"x")
     create(db, queue_name, "tenant-b", b"x")
-    with TestClient(create_app(dsn, metrics_cache_s=0)) as c:
+    with TestClient(create_app(dsn, metrics_cache_s=0), base_url=BASE) as c:
         text = c.get("/metrics").text
     assert f'lonnymq_queue_messages{{queue="{queue_name}",state="ready"}} 2.0' in text
     assert f'lonnymq_queue_channels{{queue="{queue_name}"}} 2.0' in text
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
     assert names and all(n.startswith("lonnymq_") for n in names if n)
     assert "tenant-a" not in text  # no per-channel series unless asked for
-    with TestClient(create_app(dsn, metrics_cache_s=0, metrics_channels=True)) as c:
+    with TestClient(create_app(dsn, metrics_cache_s=0, metrics_channels=True), base_url=BASE) as c:
         text = c.get("/metrics").text
     assert f'lonnymq_channel_ready{{channel="tenant-a",queue="{queue_name}"}} 1.0' in text
 
@@ -306,7 +308,7 @@ def test_schedules_lists_the_workers_periodic_messages(
     start_worker(worker)
     create(db, queue.name, "tenant-a", b"x")  # a tenant's channel is not a schedule
     wait_for(lambda: runs.count("tick") >= 2 and "flaky" in runs, what="periodic runs")
-    with TestClient(create_app(dsn)) as c:
+    with TestClient(create_app(dsn), base_url=BASE) as c:
         page = c.get("/schedules").text
 
     def row(name: str) -> str:
@@ -345,7 +347,7 @@ def test_dead_letter_counter_counts_out_of_order_commits(dsn: str, queue_name: s
     with (
         psycopg.connect(dsn, autocommit=True) as db,
         psycopg.connect(dsn) as slow,
-        TestClient(create_app(dsn, metrics_cache_s=0)) as c,
+        TestClient(create_app(dsn, metrics_cache_s=0), base_url=BASE) as c,
     ):
         out_of_attempts(db, first)
         out_of_attempts(db, second)
@@ -387,7 +389,7 @@ def test_overview_throughput_per_queue_from_worker_reports(
         if message.content == b"bad":
             raise RuntimeError("no")
 
-    with TestClient(create_app(dsn)) as c:
+    with TestClient(create_app(dsn), base_url=BASE) as c:
         c.get("/")  # the overview starts listening
         wait_for(
             lambda: (
@@ -418,7 +420,7 @@ def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: s
     # the events come because the open live page announces itself as one.
     create(db, queue_name, "t", b"first")
     with (
-        TestClient(create_app(dsn)) as c,
+        TestClient(create_app(dsn), base_url=BASE) as c,
         c.stream("GET", "/events") as events,
     ):
         assert events.headers["content-type"].startswith("text/event-stream")
@@ -451,7 +453,7 @@ def test_read_only_role_uses_the_monitor_grants(
         create(db, queue_name, "t", b"x")
         # Without the grants the monitoring role reads nothing.
         with (
-            TestClient(create_app(dsn, role=role)) as c,
+            TestClient(create_app(dsn, role=role), base_url=BASE) as c,
             pytest.raises(psycopg.errors.InsufficientPrivilege),
         ):
             c.get("/")
@@ -465,11 +467,187 @@ def test_read_only_role_uses_the_monitor_grants(
                 " lonnymq.periodic_summary TO {r}"
             ).format(r=sql.Identifier(role))
         )
-        with TestClient(create_app(dsn, role=role)) as c:
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
             assert queue_name in c.get("/").text
             assert 'data-channel="t"' in c.get("/channels", params={"queue": queue_name}).text
             assert c.get("/verify").status_code == 200
             assert c.get("/schedules").status_code == 200
             assert "lonnymq_queue_messages" in c.get("/metrics").text
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))
+
+
+REBOUND = "rebind.attacker.example:8080"
+
+
+def test_only_the_hosts_it_serves_answer(
+    dsn: str, client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    # DNS rebinding: a page of the attacker's name, resolved to this address, sends its own
+    # name as Host and a matching Origin. Refused before any handler runs.
+    message = create(db, queue_name, "t", b"secret payload")
+    rebound = {"host": REBOUND, "origin": f"http://{REBOUND}"}
+    refused = client.post("/actions/queue-pause", data={"queue": queue_name}, headers=rebound)
+    assert refused.status_code == 400
+    refused = client.post("/actions/archive-prune", data={"older_than_days": "0"}, headers=rebound)
+    assert refused.status_code == 400
+    assert served_channels(db, queue_name) == ["t"]  # not paused
+    db.execute(
+        "SELECT lonnymq.message_defer(id, num_attempts) FROM lonnymq.messages WHERE id = %s",
+        (message,),
+    )
+    read = client.get(f"/messages/{message}?show=text", headers={"host": REBOUND})
+    assert read.status_code == 400 and "secret" not in read.text
+    # The origin check of actions still stands behind the host check.
+    evil = {"origin": "http://evil.example"}
+    assert (
+        client.post("/actions/queue-pause", data={"queue": queue_name}, headers=evil).status_code
+        == 403
+    )
+    # Loopback names answer on any port; others only when allowed, with their port if given.
+    with TestClient(
+        create_app(dsn, allowed_hosts=["ops.example", "127.0.0.1:9000"]), base_url=BASE
+    ) as c:
+        assert c.get("/", headers={"host": "ops.example:443"}).status_code == 200
+        assert c.get("/", headers={"host": "127.0.0.1:9000"}).status_code == 200
+        assert c.get("/", headers={"host": "127.0.0.1:9001"}).status_code == 400
+        assert c.get("/", headers={"host": "localhost:8080"}).status_code == 400
+        assert c.get("/", headers={"host": "ops.example.evil:443"}).status_code == 400
+
+
+def test_cli_allows_the_bound_address_and_loopback_with_the_port() -> None:
+    from lonnymq.cli.web import allowed_hosts
+
+    assert allowed_hosts("0.0.0.0", 8081, ["ops.example"]) == [
+        "0.0.0.0:8081",
+        "localhost:8081",
+        "127.0.0.1:8081",
+        "[::1]:8081",
+        "ops.example",
+    ]
+    assert allowed_hosts("::1", 80, [])[0] == "[::1]:80"
+
+
+def test_pages_link_relatively_and_forbid_framing_and_caching(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    message = create(db, queue_name, "t", b"x")
+    for path in ("/", f"/channels?queue={queue_name}", f"/messages/{message}", "/archive"):
+        page = client.get(path)
+        assert page.status_code == 200
+        assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["cache-control"] == "no-store"
+        links = re.findall(r'(?:href|src|action|data-events|hx-get)="([^"]*)"', page.text)
+        assert links and all(link.startswith(("/", "?")) for link in links), links
+    by_id = client.get("/messages", params={"id": str(message)})
+    assert by_id.headers["location"] == f"/messages/{message}"
+
+
+def refused_notice(response: Any) -> str:
+    assert response.status_code == 303, response.text
+    location = response.headers["location"]
+    assert "refused" in location, location
+    return location
+
+
+def test_bad_input_is_refused_never_500(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "t", b"x")
+    deep = b"[" * 30_000 + b"]" * 30_000  # valid JSON, too deep to parse
+    nested = create(db, queue_name, "t", deep)
+    with TestClient(
+        create_app(dsn, actions=True),
+        base_url=BASE,
+        follow_redirects=False,
+        raise_server_exceptions=False,
+    ) as c:
+        policy = {"queue": queue_name, "channel": "t"}
+        for form in (
+            {"max_concurrency": "99999999999"},
+            {"max_attempts": "-99999999999"},
+            {"max_size": "9" * 30},
+            {"release_interval_ms": "1e3"},
+        ):
+            refused_notice(
+                c.post("/actions/channel-policy", data={**policy, **form}, headers=ORIGIN)
+            )
+        for days in ("1e10", "inf", "-inf", "nan", "9" * 400):
+            refused_notice(
+                c.post("/actions/archive-prune", data={"older_than_days": days}, headers=ORIGIN)
+            )
+        for id_ in ("99999999999999999999", "-99999999999999999999", "1" * 5000):
+            refused_notice(c.post("/actions/message-cancel", data={"id": id_}, headers=ORIGIN))
+            refused_notice(c.post("/actions/archive-requeue", data={"id": id_}, headers=ORIGIN))
+        long = "q" * 257
+        for path, params in (
+            ("/archive", {"after": "garbage"}),
+            ("/archive", {"before": "2026-13-01"}),
+            ("/channels", {"queue": long}),
+            ("/messages", {"queue": long}),
+            ("/messages", {"queue": queue_name, "channel": long}),
+        ):
+            page = c.get(path, params=params)
+            assert page.status_code == 400, (path, params, page.status_code)
+        assert c.get("/messages/99999999999999999999").status_code == 404
+        assert c.get("/archive/" + "1" * 5000).status_code == 404
+        shown = c.get(f"/messages/{nested}?show=json")
+        assert shown.status_code == 200 and "not valid JSON" in shown.text
+        # A refusal from SQL shows its primary message only, not PL/pgSQL's CONTEXT lines.
+        location = refused_notice(
+            c.post(
+                "/actions/channel-policy", data={**policy, "max_concurrency": "0"}, headers=ORIGIN
+            )
+        )
+        page = c.get(location).text
+        assert "max_concurrency" in page
+        assert "CONTEXT" not in location and "PL/pgSQL" not in page
+    row = db.execute(
+        "SELECT max_concurrency FROM lonnymq.channel_stats WHERE queue = %s AND channel = 't'",
+        (queue_name,),
+    ).fetchone()
+    assert row == (None,)  # nothing refused changed anything
+
+
+def test_content_is_cut_and_not_read_while_hidden(
+    dsn: str, client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    big = json.dumps({"rows": ["x" * 100] * 55_000}).encode()  # 5.6 MB of JSON
+    message = create(db, queue_name, "t", big)
+    for show in ("json", "text", "hex"):
+        page = client.get(f"/messages/{message}?show={show}")
+        assert page.status_code == 200
+        assert "cut at 64 KiB" in page.text
+        assert len(page.text) < 300_000, (show, len(page.text))
+    small = create(db, queue_name, "t", json.dumps([[1]] * 20_000).encode())  # 100 KB pretty
+    page = client.get(f"/messages/{small}?show=json")
+    assert "cut at 64 KiB" in page.text and len(page.text) < 100_000
+    # Hidden, content and state are not read at all: a role that may not read them can
+    # still open the detail pages.
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts) FROM lonnymq.message_dequeue(%s, 60000)",
+        (queue_name,),
+    )
+    archived = db.execute(
+        "SELECT id FROM lonnymq.message_archive WHERE queue = %s", (queue_name,)
+    ).fetchone()
+    assert archived is not None
+    role = "nocontent_" + uuid.uuid4().hex[:8]
+    db.execute(
+        sql.SQL(
+            "CREATE ROLE {r}; GRANT USAGE ON SCHEMA lonnymq TO {r};"
+            " GRANT SELECT (id, queue, channel, num_attempts, dequeue_at, locked_until,"
+            " created_at, priority, dedup_key) ON lonnymq.messages TO {r};"
+            " GRANT SELECT (id, message_id, queue, channel, num_attempts, outcome, error,"
+            " created_at, archived_at) ON lonnymq.message_archive TO {r}"
+        ).format(r=sql.Identifier(role))
+    )
+    try:
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
+            live = c.get(f"/messages/{small}")
+            assert live.status_code == 200 and "hidden" in live.text
+            gone = c.get(f"/archive/{archived[0]}")
+            assert gone.status_code == 200 and "hidden" in gone.text
     finally:
         db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))

@@ -24,6 +24,13 @@ Row = dict[str, Any]
 
 # Per-channel counts on the channels page stop here (a page shows up to 100 channels).
 CHANNEL_COUNT_LIMIT = 1000
+# The longest queue or channel name the SQL API accepts.
+MAX_NAME_CHARS = 256
+
+# A message's columns but its content and state, which are read only when asked for.
+MESSAGE_COLUMNS = (
+    "id, queue, channel, num_attempts, dequeue_at, locked_until, created_at, priority, dedup_key"
+)
 
 ARCHIVE_COLUMNS = (
     "id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at, "
@@ -134,12 +141,21 @@ class Database:
             (queue, channel, state, limit),
         )
 
-    async def message(self, message_id: int) -> Row | None:
-        return await self.row("SELECT * FROM lonnymq.messages WHERE id = %s", (message_id,))
+    async def message(
+        self, message_id: int, max_bytes: int = 0, show: str | None = None
+    ) -> Row | None:
+        """A live message; with ``show``, its content and state too, cut at ``max_bytes``
+        (plus their full sizes); without, neither is read."""
+        return await self.row(
+            sql.SQL("SELECT {} FROM lonnymq.messages WHERE id = %s").format(
+                _with_bytes(MESSAGE_COLUMNS, max_bytes, show)
+            ),
+            (message_id,),
+        )
 
     async def message_by_dedup_key(self, queue: str, dedup_key: str) -> Row | None:
         return await self.row(
-            "SELECT * FROM lonnymq.messages WHERE queue = %s AND dedup_key = %s",
+            "SELECT id FROM lonnymq.messages WHERE queue = %s AND dedup_key = %s",
             (queue, dedup_key),
         )
 
@@ -170,10 +186,17 @@ class Database:
         ).format(sql.SQL(" AND ").join(conditions))
         return await self.rows(query, [*params, limit])
 
-    async def archived(self, archive_id: int) -> Row | None:
+    async def archived(
+        self, archive_id: int, max_bytes: int = 0, show: str | None = None
+    ) -> Row | None:
+        """An archived message, its content and state as ``message`` reads them."""
+        columns = (
+            "id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at"
+        )
         return await self.row(
-            "SELECT *, octet_length(content) AS content_bytes FROM lonnymq.message_archive"
-            " WHERE id = %s",
+            sql.SQL("SELECT {} FROM lonnymq.message_archive WHERE id = %s").format(
+                _with_bytes(columns, max_bytes, show)
+            ),
             (archive_id,),
         )
 
@@ -201,6 +224,19 @@ class Database:
             )
         except psycopg.errors.InsufficientPrivilege:  # no USAGE on schema cron
             return None
+
+
+def _with_bytes(columns: str, max_bytes: int, show: str | None) -> sql.Composable:
+    """The columns, plus content and state cut at ``max_bytes`` + 1 (one byte more says
+    it was cut) and their sizes when shown."""
+    if show is None:
+        return sql.SQL(columns)
+    cut = sql.Literal(max_bytes + 1)
+    return sql.SQL(
+        columns + ", substring(content FROM 1 FOR {cut}) AS content,"
+        " octet_length(content) AS content_bytes, substring(state FROM 1 FOR {cut}) AS state,"
+        " octet_length(state) AS state_bytes"
+    ).format(cut=cut)
 
 
 def periodic_state(state: bytes | None) -> dict[str, Any]:
