@@ -546,7 +546,7 @@ def test_pages_link_relatively_and_forbid_framing_and_caching(
 
 def refused_notice(response: Any) -> str:
     assert response.status_code == 303, response.text
-    location = response.headers["location"]
+    location = str(response.headers["location"])
     assert "refused" in location, location
     return location
 
@@ -600,9 +600,9 @@ def test_bad_input_is_refused_never_500(
                 "/actions/channel-policy", data={**policy, "max_concurrency": "0"}, headers=ORIGIN
             )
         )
-        page = c.get(location).text
-        assert "max_concurrency" in page
-        assert "CONTEXT" not in location and "PL/pgSQL" not in page
+        notice = c.get(location).text
+        assert "max_concurrency" in notice
+        assert "CONTEXT" not in location and "PL/pgSQL" not in notice
     row = db.execute(
         "SELECT max_concurrency FROM lonnymq.channel_stats WHERE queue = %s AND channel = 't'",
         (queue_name,),
