@@ -237,7 +237,7 @@ def test_status_escapes_names(dsn: str, queue: Queue, capsys: pytest.CaptureFixt
 def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
     """Any role may NOTIFY lonnymq: a forged payload prints as one escaped line."""
     tail = subprocess.Popen(
-        [sys.executable, "-m", "lonnymq", "--dsn", dsn, "tail", "--count", "2", "--timeout", "30"],
+        [sys.executable, "-m", "lonnymq", "--dsn", dsn, "tail", "--count", "3", "--timeout", "30"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -247,12 +247,15 @@ def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
         forged = json.dumps({"queue": UNSAFE_NAME, "event": "created\x1b[2J"})
         conn.execute("SELECT pg_notify('lonnymq', %s)", (forged,))
         conn.execute("SELECT pg_notify('lonnymq', %s)", ("not json\nforged line",))
+        # Valid JSON nested too deep for Python's parser: a line too, not a crash.
+        conn.execute("SELECT pg_notify('lonnymq', %s)", ("[" * 3000 + "]" * 3000,))
     out, _ = tail.communicate(timeout=30)
     assert "\x1b" not in out and "\u202e" not in out
     lines = out.splitlines()
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert "created\\x1b[2J" in lines[0] and "queue=evil\\nqueue fake" in lines[0]
     assert "payload=not json\\nforged line" in lines[1]
+    assert "payload=[[[" in lines[2]
 
 
 def test_dsn_after_the_command_wins_over_none_before(

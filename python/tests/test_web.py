@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 
 from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
+from lonnymq.web.throughput import MAX_QUEUES
 
 from .helpers import wait_for
 
@@ -431,6 +432,8 @@ def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: s
         heard: dict[str, Any] = {}
         while not heard:
             assert time.monotonic() < deadline, "no live event"
+            # Any role may NOTIFY: JSON nested too deep to parse must not end the LISTEN.
+            db.execute("SELECT pg_notify('lonnymq', %s)", ("[" * 3000 + "]" * 3000,))
             create(db, queue_name, "t", b"x")
             for line in lines:
                 if line.startswith("data: "):
@@ -651,3 +654,41 @@ def test_content_is_cut_and_not_read_while_hidden(
             assert gone.status_code == 200 and "hidden" in gone.text
     finally:
         db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))
+
+
+def test_forged_worker_reports_cannot_break_the_overview(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "t", b"x")
+    with TestClient(create_app(dsn), base_url=BASE) as c:
+        c.get("/")  # the overview starts listening, to the queues it listed
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN lonnymq_stats'"
+                ).fetchone()
+                == (1,)
+            ),
+            what="the overview listening for reports",
+        )
+        # 20,000 made-up queues in one statement, then a real queue's count of 400 digits.
+        db.execute(
+            "SELECT pg_notify('lonnymq_stats', json_build_object('queue', 'made-up-' || i,"
+            " 'worker', 'w' || i, 'since', 1e12, 'completed', 1, 'failed', 0)::text)"
+            " FROM generate_series(1, 20000) i"
+        )
+        forged = (
+            json.dumps(
+                {"queue": queue_name, "worker": "w", "since": time.time() + 60, "failed": 0}
+            )[:-1]
+            + ', "completed": '
+            + "9" * 400
+            + "}"
+        )
+        db.execute("SELECT pg_notify('lonnymq_stats', %s)", (forged,))
+        wait_for(
+            lambda: spark_totals(c.get("/").text, queue_name) is not None,
+            what="the forged report heard",
+        )
+        dashboard = c.app.state.lonnymq  # type: ignore[attr-defined]
+        assert len(set(dashboard.throughput._buckets) - {queue_name}) <= MAX_QUEUES

@@ -80,7 +80,7 @@ def format_event(channel: str, payload: str, only_queue: str | None) -> str | No
     NOTIFY these channels: every part of the payload is escaped (see _text)."""
     try:
         data = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         data = {"payload": payload}
     if not isinstance(data, dict):
         data = {"payload": data}

@@ -250,7 +250,7 @@ class Dashboard:
     async def overview(self, request: Request) -> Response:
         queues = await self.db.queues()  # the only page that counts
         await self.sample()
-        self.throughput.touch()
+        self.throughput.touch([q["queue"] for q in queues])
         return self.page(
             request,
             "overview.html",

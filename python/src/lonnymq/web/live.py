@@ -121,7 +121,7 @@ async def _announce(waiter: psycopg.AsyncConnection, before: list[str]) -> list[
 def _event(channel: str, payload: str) -> str:
     try:
         data = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # any role may NOTIFY: nested too deep, too
         data = {"raw": payload}
     if not isinstance(data, dict):
         data = {"raw": payload}
