@@ -98,9 +98,9 @@ class Throughput:
         if report is None:
             return
         queue, worker, since, totals = report
-        if queue not in self.queues and queue not in self._buckets:
-            if len(self._buckets) >= MAX_QUEUES:
-                return  # made-up names cannot grow it without bound
+        known = queue in self.queues or queue in self._buckets
+        if not known and len(self._buckets) >= MAX_QUEUES:
+            return  # made-up names cannot grow it without bound
         heard = self._workers.get(worker)
         if heard is None and len(self._workers) >= MAX_WORKERS:
             self._forget(now)
