@@ -692,3 +692,47 @@ def test_forged_worker_reports_cannot_break_the_overview(
         )
         dashboard = c.app.state.lonnymq  # type: ignore[attr-defined]
         assert len(set(dashboard.throughput._buckets) - {queue_name}) <= MAX_QUEUES
+
+
+def test_schedules_tolerate_any_state_and_made_up_entries(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    from lonnymq import _periodic
+
+    real = "zz" + queue_name  # sorts after the made-up queue
+    fake = "aa" + queue_name
+    # What a Worker's every(3600000, "nightly") leaves: one message keyed by its channel.
+    channel = _periodic.channel_for("nightly")
+    db.execute(
+        "SELECT lonnymq.message_create(%s, %s, 'x', dedup_key => %s, state => %s)",
+        (real, channel, _periodic.dedup_key_for("nightly"), _periodic.run_state(3_600_000, None)),
+    )
+    # A producer's forgeries: a state a Worker never writes, on every kind of record...
+    for i, state in enumerate(
+        (
+            b'{"interval_ms": "soon"}',
+            b'{"interval_ms": true, "ran_at": 5, "error": [1]}',
+            b'{"ran_at": "not a time"}',
+            b"[" * 3000 + b"]" * 3000,
+            b"\xff",
+        )
+    ):
+        name = _periodic.channel_for(f"odd-{i}")
+        db.execute(
+            "SELECT lonnymq.message_create(%s, %s, 'x', dedup_key => %s, state => %s)",
+            (fake, name, name, state),
+        )
+    # ... and more made-up entries than the page shows, all sorting before the real one.
+    db.execute(
+        "SELECT lonnymq.message_create_batch(%s, array_agg('lonnymq.every:x-' || i),"
+        " array_agg('x'::bytea)) FROM generate_series(1, 600) i",
+        (fake,),
+    )
+    with TestClient(create_app(dsn), base_url=BASE) as c:
+        page = c.get("/schedules")
+    assert page.status_code == 200
+    assert f'data-periodic="{real}/nightly"' in page.text
+    assert f'data-periodic="{fake}/odd-0"' in page.text
+    assert len(re.findall(r"data-periodic=", page.text)) == 500
+    shown = re.search(r"500 of (\d+) shown", page.text)
+    assert shown is not None and int(shown.group(1)) >= 606  # other tests' entries too

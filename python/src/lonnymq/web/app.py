@@ -377,12 +377,13 @@ class Dashboard:
         )
 
     async def schedules(self, request: Request) -> Response:
+        periodic, periodic_count = await self.db.periodic(PERIODIC_ROWS)
         return self.page(
             request,
             "schedules.html",
             jobs=await self.db.cron_jobs(),
-            periodic=await self.db.periodic(PERIODIC_ROWS),
-            periodic_rows=PERIODIC_ROWS,
+            periodic=periodic,
+            periodic_count=periodic_count,
         )
 
     async def events(self, request: Request) -> Response:

@@ -22,10 +22,15 @@ from psycopg_pool import AsyncConnectionPool
 
 Row = dict[str, Any]
 
+# The Schedules page reads at most this many periodic messages (periodic_summary's most).
+PERIODIC_READ = 10_000
 # Per-channel counts on the channels page stop here (a page shows up to 100 channels).
 CHANNEL_COUNT_LIMIT = 1000
 # The longest queue or channel name the SQL API accepts.
 MAX_NAME_CHARS = 256
+# A periodic message's recorded interval and error, as a Worker writes them at most.
+MAX_INTERVAL_MS = 10_000 * 366 * 86_400_000
+MAX_ERROR_CHARS = 500
 
 # A message's columns but its content and state, which are read only when asked for.
 MESSAGE_COLUMNS = (
@@ -200,15 +205,26 @@ class Database:
             (archive_id,),
         )
 
-    async def periodic(self, max_rows: int) -> list[Row]:
+    async def periodic(self, max_rows: int) -> tuple[list[Row], int]:
         """The Worker's periodic messages of every queue, each with the state its last run
-        recorded (interval, time, error) decoded; through an index of their channels only."""
+        recorded (interval, time, error) decoded; through an index of their channels only.
+
+        At most ``max_rows``, and how many there were (up to PERIODIC_READ). Anyone who can
+        create a message can make up such a channel, and periodic_summary's own limit
+        follows queue and channel names, which the maker chooses: so it reads up to
+        PERIODIC_READ, and the cap applies to what is shown, a Worker's first: a live
+        message whose state is a Worker's record, or none yet."""
         rows = await self.rows(
-            "SELECT * FROM lonnymq.periodic_summary(max_rows => %s)", (max_rows,)
+            "SELECT * FROM lonnymq.periodic_summary(max_rows => %s)", (PERIODIC_READ,)
         )
+        workers: list[Row] = []
+        others: list[Row] = []
         for row in rows:
-            row["run"] = periodic_state(row.pop("state"))
-        return rows
+            state = row.pop("state")
+            row["run"] = periodic_state(state)
+            recorded = state is None or row["run"].get("interval_ms") is not None
+            (workers if row["message_id"] is not None and recorded else others).append(row)
+        return (workers + others)[:max_rows], len(rows)
 
     async def cron_jobs(self) -> list[Row] | None:
         """lonnymq's pg_cron jobs; None when pg_cron is not installed (or not readable)."""
@@ -240,16 +256,26 @@ def _with_bytes(columns: str, max_bytes: int, show: str | None) -> sql.Composabl
 
 
 def periodic_state(state: bytes | None) -> dict[str, Any]:
-    """What a Worker recorded after a periodic run (``_periodic.run_state``); empty before
-    the first run, or when written by something else."""
+    """What a Worker recorded after a periodic run (``_periodic.run_state``): its interval,
+    when it ran and how that ended, each None unless of the type a Worker writes (any
+    producer can write any state on such a channel), all None before the first run."""
     try:
-        data = json.loads(bytes(state)) if state is not None else {}
-    except ValueError:
-        return {}
+        data = json.loads(bytes(state)) if state is not None else None
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
+        data = None
     if not isinstance(data, dict):
-        return {}
+        data = {}
+    interval = data.get("interval_ms")
+    error = data.get("error")
     try:
-        data["ran_at"] = datetime.fromisoformat(data["ran_at"])
+        ran_at = datetime.fromisoformat(data["ran_at"])
     except (KeyError, TypeError, ValueError):
-        data["ran_at"] = None
-    return data
+        ran_at = None
+    return {
+        # bool is an int to Python, not to a Worker.
+        "interval_ms": interval
+        if type(interval) is int and 0 < interval <= MAX_INTERVAL_MS
+        else None,
+        "ran_at": ran_at if ran_at is not None and ran_at.tzinfo is not None else None,
+        "error": error[:MAX_ERROR_CHARS] if isinstance(error, str) else None,
+    }
