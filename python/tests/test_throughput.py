@@ -29,7 +29,7 @@ def report(worker: str, since: float, completed: int, failed: int = 0, queue: st
 
 
 def test_increments_per_worker_exactly_once() -> None:
-    t = Throughput("postgresql://unused")
+    t = Throughput(None)
     t.queues = frozenset({"q"})
     start = t._since
     now = 1_000_000 * BUCKET_S  # the start of a bucket
@@ -54,7 +54,7 @@ def test_increments_per_worker_exactly_once() -> None:
 
 
 def test_queues_apart_and_old_buckets_forgotten() -> None:
-    t = Throughput("postgresql://unused")
+    t = Throughput(None)
     t.queues = frozenset({"q1", "q2"})
     now = 2_000_000 * BUCKET_S
     t.record(report("a", t._since + 1, completed=4, queue="q1"), now)
@@ -81,7 +81,7 @@ def test_reporter_sends_new_totals_at_most_once_an_interval() -> None:
 
 
 def test_forged_reports_are_clamped_and_bounded() -> None:
-    t = Throughput("postgresql://unused")
+    t = Throughput(None)
     t.queues = frozenset({"q"})
     now = 3_000_000 * BUCKET_S
     huge = '{"queue": "q", "worker": "w", "since": %s, "completed": %s, "failed": 0}'

@@ -14,14 +14,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 from starlette.testclient import TestClient
 
 from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
 from lonnymq.web.throughput import MAX_QUEUES
 
-from .helpers import wait_for
+from .helpers import block_announcements, wait_for
 
 # The dashboard answers to the loopback names only unless told otherwise (DNS rebinding).
 BASE = "http://localhost:8080"
@@ -416,6 +416,24 @@ def test_overview_throughput_per_queue_from_worker_reports(
         assert spark_totals(c.get("/").text, queue.name + "_idle") is None
 
 
+def first_event(lines: Iterator[str], db: psycopg.Connection[Any], queue: str) -> dict[str, Any]:
+    """Creates messages in ``queue`` until the event stream tells of one (the LISTEN starts
+    with the first subscriber, and producers notify only once it is announced)."""
+    deadline = time.monotonic() + 40
+    while True:
+        assert time.monotonic() < deadline, "no live event"
+        # Any role may NOTIFY: JSON nested too deep to parse must not end the LISTEN.
+        db.execute("SELECT pg_notify('lonnymq', %s)", ("[" * 3000 + "]" * 3000,))
+        create(db, queue, "t", b"x")
+        for line in lines:
+            if line.startswith("data: "):
+                data: dict[str, Any] = json.loads(line[6:])
+                if data.get("queue") == queue:
+                    return data
+            if line.startswith(": keep-alive"):
+                break
+
+
 def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     # Producers NOTIFY only while a consumer waits (wait_begin): no worker sleeps here, so
     # the events come because the open live page announces itself as one.
@@ -427,24 +445,86 @@ def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: s
         assert events.headers["content-type"].startswith("text/event-stream")
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
-        # The LISTEN starts with the first subscriber: create until one is heard.
-        deadline = time.monotonic() + 40
-        heard: dict[str, Any] = {}
-        while not heard:
-            assert time.monotonic() < deadline, "no live event"
-            # Any role may NOTIFY: JSON nested too deep to parse must not end the LISTEN.
-            db.execute("SELECT pg_notify('lonnymq', %s)", ("[" * 3000 + "]" * 3000,))
-            create(db, queue_name, "t", b"x")
-            for line in lines:
-                if line.startswith("data: "):
-                    data = json.loads(line[6:])
-                    if data.get("queue") == queue_name:
-                        heard = data
-                        break
-                if line.startswith(": keep-alive"):
-                    break
+        heard = first_event(lines, db, queue_name)
     assert heard["event"] == "created"
     assert heard["listen"] == "lonnymq"
+
+
+def test_live_page_announces_again_until_it_takes(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    # A wait_begin that did not get its lock did not announce the page: it tries again (it
+    # used to count the queue as announced for good, and missed its events).
+    create(db, queue_name, "t", b"first")
+    blocker = block_announcements(dsn, queue_name)
+    with (
+        TestClient(create_app(dsn), base_url=BASE) as c,
+        c.stream("GET", "/events") as events,
+    ):
+        lines = events.iter_lines()
+        assert next(lines).startswith("retry:")
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s",
+                    ("%lonnymq.wait_begin(q)%",),
+                ).fetchone()
+                != (0,)
+            ),
+            what="the page's first announcement",
+        )
+        blocker.close()
+        assert first_event(lines, db, queue_name)["event"] == "created"
+
+
+def test_role_applies_to_every_connection(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    # The DSN's user may only become the role (NOINHERIT), which has the monitor's grants.
+    # The LISTEN, waiting and throughput connections used to run as the DSN's user.
+    suffix = uuid.uuid4().hex[:8]
+    login_name, role_name = "web_login_" + suffix, "web_role_" + suffix
+    login, role = sql.Identifier(login_name), sql.Identifier(role_name)
+    db.execute(
+        sql.SQL(
+            "CREATE ROLE {l} LOGIN NOINHERIT; CREATE ROLE {r}; GRANT {r} TO {l};"
+            " GRANT USAGE ON SCHEMA lonnymq TO {r};"
+            " GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats,"
+            " lonnymq.message_archive TO {r};"
+            " GRANT EXECUTE ON FUNCTION lonnymq.verify, lonnymq.wait_hint_ms,"
+            " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse,"
+            " lonnymq.periodic_summary, lonnymq.wait_begin, lonnymq.wait_end TO {r}"
+        ).format(l=login, r=role)
+    )
+    try:
+        create(db, queue_name, "t", b"first")
+        app = create_app(conninfo.make_conninfo(dsn, user=login_name), role=role_name)
+        dashboard = app.state.lonnymq
+        users: list[str] = []
+        connect = dashboard.db.connect
+
+        async def recording() -> psycopg.AsyncConnection[Any]:
+            conn: psycopg.AsyncConnection[Any] = await connect()
+            cur = await conn.execute("SELECT current_user")
+            row = await cur.fetchone()
+            assert row is not None
+            users.append(str(row[0]))
+            return conn
+
+        dashboard.db.connect = recording
+        with TestClient(app, base_url=BASE) as c:
+            assert queue_name in c.get("/").text  # the overview starts its throughput LISTEN
+            with c.stream("GET", "/events") as events:  # the LISTEN and waiter connections
+                lines = events.iter_lines()
+                assert next(lines).startswith("retry:")
+                # Events come only if the waiter may call wait_begin: as the role.
+                assert first_event(lines, db, queue_name)["event"] == "created"
+            wait_for(lambda: len(users) >= 3, what="three connections of the app's own")
+        assert set(users) == {role_name}
+    finally:
+        db.execute(
+            sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}; DROP ROLE {l}").format(r=role, l=login)
+        )
 
 
 def test_read_only_role_uses_the_monitor_grants(

@@ -164,19 +164,16 @@ SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interv
 # The queues that exist, cheaply (no count of their messages): for waiters of every queue.
 QUEUE_NAMES = "SELECT queue FROM lonnymq.queue_summary(count_limit => 1)"
 
-# A waiter of several queues (``lonnymq tail``, the dashboard's live page) moves its
-# announcement from the queues ``before`` to the queues ``now``: new ones first, so that no
-# event falls in between, and only the difference.
+# A waiter of several queues (``lonnymq tail``, the dashboard's live page, see _announce)
+# announces itself on each queue of a list, with what each wait_begin returned, and ends
+# the announcements of another list.
 ANNOUNCE = """
-SELECT pg_catalog.count(lonnymq.wait_begin(q))
-  FROM pg_catalog.unnest(%(now)s::pg_catalog.text[]) q
- WHERE q OPERATOR(pg_catalog.<>) ALL (%(before)s::pg_catalog.text[])
+SELECT q AS queue, lonnymq.wait_begin(q) AS hint_ms
+  FROM pg_catalog.unnest(%s::pg_catalog.text[]) q
 """
 
 WITHDRAW = """
-SELECT pg_catalog.count(lonnymq.wait_end(q))
-  FROM pg_catalog.unnest(%(before)s::pg_catalog.text[]) q
- WHERE q OPERATOR(pg_catalog.<>) ALL (%(now)s::pg_catalog.text[])
+SELECT pg_catalog.count(lonnymq.wait_end(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q
 """
 
 QUEUE_STATS = """

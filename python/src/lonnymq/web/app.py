@@ -87,17 +87,12 @@ def create_app(
     ``name:port``); by default the loopback names, ``localhost``, ``127.0.0.1`` and
     ``[::1]``. Any other ``Host`` gets 400: mounted under a public name, pass that name."""
     db = Database(conninfo_or_pool, read_only=not actions, role=role, count_limit=count_limit)
-    listen_dsn = (
-        conninfo_or_pool
-        if isinstance(conninfo_or_pool, str)
-        else getattr(conninfo_or_pool, "conninfo", None)
-    )
-    broadcaster = Broadcaster(listen_dsn)
+    broadcaster = Broadcaster(db)
     collector = DatabaseCollector(db, cache_s=metrics_cache_s, per_channel=metrics_channels)
     metrics_registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     metrics_registry.register(collector)
     dashboard = Dashboard(
-        db, broadcaster, Throughput(listen_dsn), collector, metrics_registry, actions, refresh_s
+        db, broadcaster, Throughput(db), collector, metrics_registry, actions, refresh_s
     )
 
     hosts = list(LOOPBACK_HOSTS) if allowed_hosts is None else list(allowed_hosts)

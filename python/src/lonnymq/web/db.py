@@ -75,13 +75,27 @@ class Database:
             self.pool = conninfo_or_pool
             self._owns_pool = False
             self._opened = True
-        self.conninfo = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+        # For the app's own connections (LISTEN, waiting, throughput): from the pool's.
+        conninfo = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+        self.conninfo = conninfo or getattr(conninfo_or_pool, "conninfo", None)
 
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         if self.read_only:
             await conn.execute("SET default_transaction_read_only = on")
         if self.role:
             await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.role)))
+
+    async def connect(self) -> AsyncConnection[Any]:
+        """A connection of its own (autocommit), set up like the pool's: read-only when
+        the dashboard is, and ``SET ROLE`` to ``role``: every connection the app opens."""
+        assert self.conninfo is not None
+        conn = await AsyncConnection.connect(self.conninfo, autocommit=True)
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def open(self) -> None:
         async with self._lock:

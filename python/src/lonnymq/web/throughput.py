@@ -26,6 +26,8 @@ from typing import Any
 
 import psycopg
 
+from .db import Database
+
 log = logging.getLogger("lonnymq.web")
 
 BUCKET_S = 10.0
@@ -45,8 +47,8 @@ MAX_NAME_CHARS = 256
 
 
 class Throughput:
-    def __init__(self, conninfo: str | None) -> None:
-        self._conninfo = conninfo
+    def __init__(self, db: Database | None) -> None:
+        self._db = db if db is not None and db.conninfo is not None else None
         self._until = 0.0  # listen until then (monotonic)
         self._task: asyncio.Task[None] | None = None
         self._since = time.time()  # reports of workers started before are a baseline only
@@ -58,12 +60,12 @@ class Throughput:
 
     @property
     def available(self) -> bool:
-        return self._conninfo is not None
+        return self._db is not None
 
     def touch(self, queues: list[str]) -> None:
         """The overview was opened, listing ``queues``: listen for the next CHART_S."""
         self.queues = frozenset(queues)
-        if self._conninfo is None:
+        if self._db is None:
             return
         self._until = time.monotonic() + CHART_S
         if self._task is None or self._task.done():
@@ -78,12 +80,10 @@ class Throughput:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _listen(self) -> None:
-        assert self._conninfo is not None
+        assert self._db is not None
         while time.monotonic() < self._until:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
-                ) as conn:
+                async with await self._db.connect() as conn:
                     await conn.execute("LISTEN lonnymq_stats")
                     while time.monotonic() < self._until:
                         async for notify in conn.notifies(timeout=CHECK_S):
