@@ -23,7 +23,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
@@ -529,8 +528,6 @@ def primary_message(exc: BaseException) -> str:
     CONTEXT lines of PL/pgSQL (which show internal statements)."""
     if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
         return exc.diag.message_primary
-    if isinstance(exc, HTTPException):
-        return str(exc.detail)
     return str(exc).strip().split("\n", 1)[0]
 
 
