@@ -7,8 +7,11 @@ and announces itself again once that time is up, so a ``wait_begin`` that could 
 announce it (its lock was taken at that instant) costs it nothing. A waiter that only
 listens must do the same or miss the queue's events for good: here a queue whose
 ``wait_begin`` returned a time is announced again once that time is up, and no sooner than
-a delay doubling from RETRY_FIRST_S to RETRY_MOST_S (a queue with ready messages returns 0
-every time). A queue announced with NULL stays announced until it is ended.
+a delay doubling from RETRY_FIRST_S to RETRY_MOST_S. The time does not say whether the
+lock was taken (a queue with ready messages answers 0 every time), but a lock is missed
+only for an instant: the first retries take it, and a queue that keeps answering a time
+costs one announcement per RETRY_MOST_S. A queue announced with NULL stays announced
+until it is ended.
 
 The sync and asyncio callers send the statements (``_sql.ANNOUNCE``, ``_sql.WITHDRAW``);
 this class only keeps the book.
@@ -20,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 RETRY_FIRST_S = 0.1
-RETRY_MOST_S = 5.0
+RETRY_MOST_S = 60.0
 
 
 @dataclass(frozen=True)
