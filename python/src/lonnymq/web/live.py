@@ -76,9 +76,11 @@ class Broadcaster:
                         if time.monotonic() - listed >= LIST_EVERY_S:
                             queues, listed = await _queue_names(waiter), time.monotonic()
                         await _announce(waiter, book, queues)
+                        # Until the next listing, or the next retry if sooner.
+                        wait = LIST_EVERY_S - (time.monotonic() - listed)
                         due = book.next_due()
-                        wait = LIST_EVERY_S if due is None else due - time.monotonic()
-                        wait = min(max(wait, 0.0), LIST_EVERY_S - (time.monotonic() - listed))
+                        if due is not None:
+                            wait = min(wait, due - time.monotonic())
                         async for notify in conn.notifies(timeout=max(wait, 0.0)):
                             self.publish(_event(notify.channel, notify.payload))
             except psycopg.Error as exc:
