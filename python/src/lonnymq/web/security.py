@@ -11,6 +11,7 @@ import binascii
 import secrets
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -87,10 +88,10 @@ class HostGuard:
         self._any_port = {host_entry(h) for h in allowed if _bare(h)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
-        if not self.allows(Request(scope).headers.get("host", "")):
+        if not self.allows(Headers(scope=scope).get("host", "")):
             response = PlainTextResponse("unknown host", status_code=400)
             await response(scope, receive, _with_headers(send, scope))
             return
@@ -113,6 +114,8 @@ def _bare(entry: str) -> bool:
 
 
 def _with_headers(send: Send, scope: Scope) -> Send:
+    """``send`` that adds the framing and caching headers to the response's start."""
+    # Under a mount, path includes the mount's root_path.
     static = scope.get("path", "").startswith(scope.get("root_path", "") + "/static/")
 
     async def sending(message: Message) -> None:
