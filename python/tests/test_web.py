@@ -702,6 +702,20 @@ def test_content_is_cut_and_not_read_while_hidden(
     small = create(db, queue_name, "t", json.dumps([[1]] * 20_000).encode())  # 100 KB pretty
     page = client.get(f"/messages/{small}?show=json")
     assert "cut at 64 KiB" in page.text and len(page.text) < 100_000
+    # A failure's error text is free too: the archive shows its start only.
+    failing = queue_name + "_err"
+    create(db, failing, "t", b"x")
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts, repeat('e', 6000000))"
+        " FROM lonnymq.message_dequeue(%s, 60000)",
+        (failing,),
+    )
+    assert len(client.get("/archive", params={"queue": failing}).text) < 100_000
+    [failed] = db.execute(
+        "SELECT id FROM lonnymq.message_archive WHERE queue = %s", (failing,)
+    ).fetchall()
+    page = client.get(f"/archive/{failed[0]}")
+    assert "cut at 65536 of 6000000 characters" in page.text and len(page.text) < 100_000
     # Hidden, content and state are not read at all: a role that may not read them can
     # still open the detail pages.
     db.execute(

@@ -28,6 +28,8 @@ PERIODIC_READ = 10_000
 CHANNEL_COUNT_LIMIT = 1000
 # The longest queue or channel name the SQL API accepts.
 MAX_NAME_CHARS = 256
+# An archived message's error is shown up to here (the page says it is cut).
+MAX_ERROR_SHOWN = 64 * 1024
 # A periodic message's recorded interval and error, as a Worker writes them at most.
 MAX_INTERVAL_MS = 10_000 * 366 * 86_400_000
 MAX_ERROR_CHARS = 500
@@ -37,9 +39,10 @@ MESSAGE_COLUMNS = (
     "id, queue, channel, num_attempts, dequeue_at, locked_until, created_at, priority, dedup_key"
 )
 
+# An error text is free (message_fail takes any): the list reads its start only.
 ARCHIVE_COLUMNS = (
-    "id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at, "
-    "octet_length(content) AS content_bytes"
+    "id, message_id, queue, channel, num_attempts, outcome, left(error, 200) AS error,"
+    " created_at, archived_at, octet_length(content) AS content_bytes"
 )
 
 
@@ -210,7 +213,8 @@ class Database:
     ) -> Row | None:
         """An archived message, its content and state as ``message`` reads them."""
         columns = (
-            "id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at"
+            "id, message_id, queue, channel, num_attempts, outcome, created_at, archived_at,"
+            f" left(error, {MAX_ERROR_SHOWN}) AS error, length(error) AS error_chars"
         )
         return await self.row(
             sql.SQL("SELECT {} FROM lonnymq.message_archive WHERE id = %s").format(
