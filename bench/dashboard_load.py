@@ -99,7 +99,7 @@ def main() -> None:
     print(f"live messages: {live[0] if live else '?'}, tenants: {args.tenants}")
 
     results = []
-    with TestClient(create_app(dsn, metrics_cache_s=0)) as client:
+    with TestClient(create_app(dsn, metrics_cache_s=0), base_url="http://localhost") as client:
         for path in (
             "/",
             "/channels?queue=load",

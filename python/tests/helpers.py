@@ -30,3 +30,25 @@ def locked_count(db: psycopg.Connection[Any], queue: str) -> int:
 def live_ids(db: psycopg.Connection[Any], queue: str) -> set[int]:
     rows = db.execute("SELECT id FROM lonnymq.messages WHERE queue = %s", (queue,)).fetchall()
     return {int(r[0]) for r in rows}
+
+
+def block_announcements(dsn: str, queue: str) -> psycopg.Connection[Any]:
+    """A session holding exclusively the locks that ``wait_begin(queue)`` takes, so that a
+    ``wait_begin`` meanwhile cannot announce its caller (as at the instant a producer looks
+    for waiters, or while another role holds such a lock). The locks are found by calling
+    it once, so this follows however they are keyed. Close the session to release them."""
+    with psycopg.connect(dsn, autocommit=True) as probe:
+        probe.execute("SELECT lonnymq.wait_begin(%s)", (queue,))
+        locks = probe.execute(
+            "SELECT classid::int8, objid::int8, objsubid FROM pg_locks"
+            " WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted"
+        ).fetchall()
+    assert locks, "wait_begin took no advisory lock"
+    blocker = psycopg.connect(dsn, autocommit=True)
+    for classid, objid, objsubid in locks:
+        if objsubid == 1:  # one bigint key
+            blocker.execute("SELECT pg_advisory_lock(%s::int8)", ((classid << 32) | objid,))
+        else:  # two int4 keys, stored as oids
+            keys = [k - 2**32 if k >= 2**31 else k for k in (classid, objid)]
+            blocker.execute("SELECT pg_advisory_lock(%s::int4, %s::int4)", keys)
+    return blocker

@@ -12,9 +12,11 @@ import psycopg
 import pytest
 
 from lonnymq import Queue
+from lonnymq._announce import Announcements
 from lonnymq.cli.main import main
 
 from .conftest import recreate_database
+from .helpers import block_announcements, wait_for
 
 
 def extension_installed(dsn: str) -> bool:
@@ -234,10 +236,60 @@ def test_status_escapes_names(dsn: str, queue: Queue, capsys: pytest.CaptureFixt
     assert "evil\\nqueue fake  999  0  0\\x1b[31m\\u202e" in out
 
 
+def test_announcements_renew_what_may_not_have_taken() -> None:
+    book = Announcements()
+    plan = book.plan(["a", "b"], 0.0)
+    assert (plan.again, plan.begin, plan.gone) == ([], ["a", "b"], [])
+    book.record(plan, [("a", None), ("b", 100)], 0.0)  # b: look again in 100 ms at most
+    assert book.next_due() == pytest.approx(0.1)
+    assert not book.plan(["a", "b"], 0.05)  # nothing to do before
+    plan = book.plan(["a", "b"], 0.1)
+    assert (plan.again, plan.begin, plan.gone) == (["b"], ["b"], [])
+    book.record(plan, [("b", 0)], 0.1)  # ready messages answer 0 every time: back off
+    assert book.next_due() == pytest.approx(0.3)
+    book.record(book.plan(["a", "b"], 0.3), [("b", None)], 0.3)  # announced: done
+    assert book.next_due() is None
+    plan = book.plan(["b", "c"], 1.0)
+    assert (plan.again, plan.begin, plan.gone) == ([], ["c"], ["a"])
+    book.record(plan, [("c", None)], 1.0)
+    assert book.held == {"b", "c"}
+
+
+def test_tail_announces_again_until_it_takes(dsn: str, queue: Queue) -> None:
+    """A wait_begin that did not get its lock did not announce tail: it tries again, and
+    hears the queue's events once it does (it used to miss them for good)."""
+    blocker = block_announcements(dsn, queue.name)
+    tail = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lonnymq",
+            "--dsn",
+            dsn,
+            "tail",
+            "--queue",
+            queue.name,
+            "--count",
+            "1",
+            "--timeout",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert tail.stdout is not None
+    assert tail.stdout.readline().startswith("listening")  # announced while blocked
+    blocker.close()
+    # Producers notify once tail's announcement takes: create until one is heard.
+    wait_for(lambda: queue.create("x") and tail.poll() is not None, 50, "an event heard")
+    out, _ = tail.communicate(timeout=30)
+    assert out.split()[1] == "created"
+
+
 def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
     """Any role may NOTIFY lonnymq: a forged payload prints as one escaped line."""
     tail = subprocess.Popen(
-        [sys.executable, "-m", "lonnymq", "--dsn", dsn, "tail", "--count", "2", "--timeout", "30"],
+        [sys.executable, "-m", "lonnymq", "--dsn", dsn, "tail", "--count", "3", "--timeout", "30"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -247,12 +299,15 @@ def test_tail_escapes_forged_payloads(dsn: str, queue: Queue) -> None:
         forged = json.dumps({"queue": UNSAFE_NAME, "event": "created\x1b[2J"})
         conn.execute("SELECT pg_notify('lonnymq', %s)", (forged,))
         conn.execute("SELECT pg_notify('lonnymq', %s)", ("not json\nforged line",))
+        # Valid JSON nested too deep for Python's parser: a line too, not a crash.
+        conn.execute("SELECT pg_notify('lonnymq', %s)", ("[" * 3000 + "]" * 3000,))
     out, _ = tail.communicate(timeout=30)
     assert "\x1b" not in out and "\u202e" not in out
     lines = out.splitlines()
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert "created\\x1b[2J" in lines[0] and "queue=evil\\nqueue fake" in lines[0]
     assert "payload=not json\\nforged line" in lines[1]
+    assert "payload=[[[" in lines[2]
 
 
 def test_dsn_after_the_command_wins_over_none_before(

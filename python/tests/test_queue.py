@@ -254,6 +254,32 @@ def test_prune_archive_and_verify(queue: Queue) -> None:
     assert queue.verify() == []
 
 
+def test_pause_resume_bulk_requeue_and_filtered_prune(queue: Queue) -> None:
+    other = Queue(queue.pool, queue.name + "_other")
+    queue.create("a", channel="t")
+    assert queue.channel_pause("t") == "paused"
+    assert queue.dequeue(lock_ms=10_000) == []
+    assert queue.channel_resume("t") == "resumed"
+    assert queue.queue_pause() == "paused"
+    assert queue.dequeue(lock_ms=10_000) == []
+    assert queue.queue_resume() == "resumed"
+    assert queue.channel_pause("none") == "not_found"
+    for q in (queue, other):
+        q.create("x")
+        for m in q.dequeue(lock_ms=10_000, max_messages=10):
+            m.fail("boom")
+    result = queue.archive_requeue(outcome="failed")
+    assert (result.requeued, result.dropped) == (2, 0)
+    for m in queue.dequeue(lock_ms=10_000, max_messages=10):
+        m.fail()
+    # Of this queue only: the other queue's archive stays.
+    assert queue.archive_prune(timedelta(0), all_queues=False, outcome="dead") == 0
+    assert queue.archive_prune(timedelta(0), all_queues=False) == 2
+    assert len(other.message_archive()) == 1
+    with pytest.raises(TypeError):
+        queue.archive_requeue(1, outcome=None)  # type: ignore[call-overload]
+
+
 def test_invalid_arguments_raise_22023(queue: Queue) -> None:
     with pytest.raises(psycopg.Error) as info:
         queue.dequeue(lock_ms=-1)

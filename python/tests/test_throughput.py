@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 
 from lonnymq import _report
-from lonnymq.web.throughput import BUCKET_S, Throughput
+from lonnymq.web.throughput import (
+    BUCKET_S,
+    MAX_QUEUES,
+    MAX_TOTAL,
+    MAX_WORKERS,
+    Throughput,
+)
 
 
 def report(worker: str, since: float, completed: int, failed: int = 0, queue: str = "q") -> str:
@@ -23,7 +29,8 @@ def report(worker: str, since: float, completed: int, failed: int = 0, queue: st
 
 
 def test_increments_per_worker_exactly_once() -> None:
-    t = Throughput("postgresql://unused")
+    t = Throughput(None)
+    t.queues = frozenset({"q"})
     start = t._since
     now = 1_000_000 * BUCKET_S  # the start of a bucket
     # A worker running before we listened: its first totals are only a baseline.
@@ -47,7 +54,8 @@ def test_increments_per_worker_exactly_once() -> None:
 
 
 def test_queues_apart_and_old_buckets_forgotten() -> None:
-    t = Throughput("postgresql://unused")
+    t = Throughput(None)
+    t.queues = frozenset({"q1", "q2"})
     now = 2_000_000 * BUCKET_S
     t.record(report("a", t._since + 1, completed=4, queue="q1"), now)
     t.record(report("b", t._since + 1, completed=9, queue="q2"), now)
@@ -70,3 +78,25 @@ def test_reporter_sends_new_totals_at_most_once_an_interval() -> None:
     assert json.loads(sent)["queue"] == "q"
     assert r.due(counts, final=True) is None  # already sent
     assert _report.Reporter("q", None).due(counts, final=True) is None  # reports off
+
+
+def test_forged_reports_are_clamped_and_bounded() -> None:
+    t = Throughput(None)
+    t.queues = frozenset({"q"})
+    now = 3_000_000 * BUCKET_S
+    huge = '{"queue": "q", "worker": "w", "since": %s, "completed": %s, "failed": 0}'
+    t.record(huge % (t._since + 1, "9" * 400), now)
+    t.record(huge.replace('"failed": 0', '"failed": 1e400') % (t._since + 1, 1), now)
+    t.record(report("v", t._since + 1, completed=-5), now)
+    t.record("[" * 5000 + "]" * 5000, now)  # nested too deep to parse: ignored
+    charts = t.charts(now + BUCKET_S)  # the sums stay floats: no OverflowError
+    assert charts["q"]["completed_total"] == MAX_TOTAL
+    # Queues the overview did not list are not charted, and tracked up to a bound only.
+    for i in range(20_000):
+        t.record(report(f"w{i}", t._since + 1, completed=1, queue=f"made-up-{i}"), now)
+    assert len(t._buckets) == MAX_QUEUES and "q" in t._buckets
+    assert set(t.charts(now + BUCKET_S)) == {"q"}
+    # Nor are more than MAX_WORKERS workers, of a real queue.
+    for i in range(MAX_WORKERS + 100):
+        t.record(report(f"forged-{i}", t._since + 1, completed=1), now)
+    assert len(t._workers) == MAX_WORKERS

@@ -14,15 +14,18 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 from starlette.testclient import TestClient
 
 from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
+from lonnymq.web.throughput import MAX_QUEUES
 
-from .helpers import wait_for
+from .helpers import block_announcements, wait_for
 
-ORIGIN = {"origin": "http://testserver"}
+# The dashboard answers to the loopback names only unless told otherwise (DNS rebinding).
+BASE = "http://localhost:8080"
+ORIGIN = {"origin": BASE}
 
 
 @pytest.fixture
@@ -33,7 +36,7 @@ def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 @pytest.fixture
 def client(dsn: str) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn, actions=True), follow_redirects=False) as c:
+    with TestClient(create_app(dsn, actions=True), base_url=BASE, follow_redirects=False) as c:
         yield c
 
 
@@ -66,7 +69,7 @@ def test_overview_lists_queues_with_bounded_counts(
 ) -> None:
     for i in range(5):
         create(db, queue_name, f"tenant{i % 2}", b"x")
-    with TestClient(create_app(dsn, count_limit=3)) as c:
+    with TestClient(create_app(dsn, count_limit=3), base_url=BASE) as c:
         page = c.get("/")
     assert page.status_code == 200
     row = re.search(rf'<tr class="" data-queue="{queue_name}">(.*?)</tr>', page.text, re.S)
@@ -163,7 +166,7 @@ def test_actions_refused_cross_origin_or_read_only(
     referer = {"referer": "http://evil.example/"}
     assert client.post("/actions/channel-pause", data=form, headers=referer).status_code == 403
     assert not paused(db, queue_name, "t")
-    with TestClient(create_app(dsn), follow_redirects=False) as read_only:
+    with TestClient(create_app(dsn), base_url=BASE, follow_redirects=False) as read_only:
         page = read_only.get("/channels", params={"queue": queue_name})
         assert "/actions/channel-pause" not in page.text
         refused = read_only.post("/actions/channel-pause", data=form, headers=ORIGIN)
@@ -177,7 +180,7 @@ def test_actions_refused_cross_origin_or_read_only(
 
 
 def test_basic_auth(dsn: str) -> None:
-    with TestClient(create_app(dsn, auth=("ops", "s3cret"))) as c:
+    with TestClient(create_app(dsn, auth=("ops", "s3cret")), base_url=BASE) as c:
         assert c.get("/").status_code == 401
         assert c.get("/metrics").status_code == 401
         wrong = base64.b64encode(b"ops:nope").decode()
@@ -279,14 +282,14 @@ def test_archive_filter_requeue_and_prune(
 def test_metrics(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     create(db, queue_name, "tenant-a", b"x")
     create(db, queue_name, "tenant-b", b"x")
-    with TestClient(create_app(dsn, metrics_cache_s=0)) as c:
+    with TestClient(create_app(dsn, metrics_cache_s=0), base_url=BASE) as c:
         text = c.get("/metrics").text
     assert f'lonnymq_queue_messages{{queue="{queue_name}",state="ready"}} 2.0' in text
     assert f'lonnymq_queue_channels{{queue="{queue_name}"}} 2.0' in text
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
     assert names and all(n.startswith("lonnymq_") for n in names if n)
     assert "tenant-a" not in text  # no per-channel series unless asked for
-    with TestClient(create_app(dsn, metrics_cache_s=0, metrics_channels=True)) as c:
+    with TestClient(create_app(dsn, metrics_cache_s=0, metrics_channels=True), base_url=BASE) as c:
         text = c.get("/metrics").text
     assert f'lonnymq_channel_ready{{channel="tenant-a",queue="{queue_name}"}} 1.0' in text
 
@@ -306,7 +309,7 @@ def test_schedules_lists_the_workers_periodic_messages(
     start_worker(worker)
     create(db, queue.name, "tenant-a", b"x")  # a tenant's channel is not a schedule
     wait_for(lambda: runs.count("tick") >= 2 and "flaky" in runs, what="periodic runs")
-    with TestClient(create_app(dsn)) as c:
+    with TestClient(create_app(dsn), base_url=BASE) as c:
         page = c.get("/schedules").text
 
     def row(name: str) -> str:
@@ -345,7 +348,7 @@ def test_dead_letter_counter_counts_out_of_order_commits(dsn: str, queue_name: s
     with (
         psycopg.connect(dsn, autocommit=True) as db,
         psycopg.connect(dsn) as slow,
-        TestClient(create_app(dsn, metrics_cache_s=0)) as c,
+        TestClient(create_app(dsn, metrics_cache_s=0), base_url=BASE) as c,
     ):
         out_of_attempts(db, first)
         out_of_attempts(db, second)
@@ -387,7 +390,7 @@ def test_overview_throughput_per_queue_from_worker_reports(
         if message.content == b"bad":
             raise RuntimeError("no")
 
-    with TestClient(create_app(dsn)) as c:
+    with TestClient(create_app(dsn), base_url=BASE) as c:
         c.get("/")  # the overview starts listening
         wait_for(
             lambda: (
@@ -413,33 +416,115 @@ def test_overview_throughput_per_queue_from_worker_reports(
         assert spark_totals(c.get("/").text, queue.name + "_idle") is None
 
 
+def first_event(lines: Iterator[str], db: psycopg.Connection[Any], queue: str) -> dict[str, Any]:
+    """Creates messages in ``queue`` until the event stream tells of one (the LISTEN starts
+    with the first subscriber, and producers notify only once it is announced)."""
+    deadline = time.monotonic() + 40
+    while True:
+        assert time.monotonic() < deadline, "no live event"
+        # Any role may NOTIFY: JSON nested too deep to parse must not end the LISTEN.
+        db.execute("SELECT pg_notify('lonnymq', %s)", ("[" * 3000 + "]" * 3000,))
+        create(db, queue, "t", b"x")
+        for line in lines:
+            if line.startswith("data: "):
+                data: dict[str, Any] = json.loads(line[6:])
+                if data.get("queue") == queue:
+                    return data
+            if line.startswith(": keep-alive"):
+                break
+
+
 def test_live_events_arrive(dsn: str, db: psycopg.Connection[Any], queue_name: str) -> None:
     # Producers NOTIFY only while a consumer waits (wait_begin): no worker sleeps here, so
     # the events come because the open live page announces itself as one.
     create(db, queue_name, "t", b"first")
     with (
-        TestClient(create_app(dsn)) as c,
+        TestClient(create_app(dsn), base_url=BASE) as c,
         c.stream("GET", "/events") as events,
     ):
         assert events.headers["content-type"].startswith("text/event-stream")
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
-        # The LISTEN starts with the first subscriber: create until one is heard.
-        deadline = time.monotonic() + 40
-        heard: dict[str, Any] = {}
-        while not heard:
-            assert time.monotonic() < deadline, "no live event"
-            create(db, queue_name, "t", b"x")
-            for line in lines:
-                if line.startswith("data: "):
-                    data = json.loads(line[6:])
-                    if data.get("queue") == queue_name:
-                        heard = data
-                        break
-                if line.startswith(": keep-alive"):
-                    break
+        heard = first_event(lines, db, queue_name)
     assert heard["event"] == "created"
     assert heard["listen"] == "lonnymq"
+
+
+def test_live_page_announces_again_until_it_takes(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    # A wait_begin that did not get its lock did not announce the page: it tries again (it
+    # used to count the queue as announced for good, and missed its events).
+    create(db, queue_name, "t", b"first")
+    blocker = block_announcements(dsn, queue_name)
+    with (
+        TestClient(create_app(dsn), base_url=BASE) as c,
+        c.stream("GET", "/events") as events,
+    ):
+        lines = events.iter_lines()
+        assert next(lines).startswith("retry:")
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s",
+                    ("%lonnymq.wait_begin(q)%",),
+                ).fetchone()
+                != (0,)
+            ),
+            what="the page's first announcement",
+        )
+        blocker.close()
+        assert first_event(lines, db, queue_name)["event"] == "created"
+
+
+def test_role_applies_to_every_connection(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    # The DSN's user may only become the role (NOINHERIT), which has the monitor's grants.
+    # The LISTEN, waiting and throughput connections used to run as the DSN's user.
+    suffix = uuid.uuid4().hex[:8]
+    login_name, role_name = "web_login_" + suffix, "web_role_" + suffix
+    login, role = sql.Identifier(login_name), sql.Identifier(role_name)
+    db.execute(
+        sql.SQL(
+            "CREATE ROLE {l} LOGIN NOINHERIT; CREATE ROLE {r}; GRANT {r} TO {l};"
+            " GRANT USAGE ON SCHEMA lonnymq TO {r};"
+            " GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats,"
+            " lonnymq.message_archive TO {r};"
+            " GRANT EXECUTE ON FUNCTION lonnymq.verify, lonnymq.wait_hint_ms,"
+            " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse,"
+            " lonnymq.periodic_summary, lonnymq.wait_begin, lonnymq.wait_end TO {r}"
+        ).format(l=login, r=role)
+    )
+    try:
+        create(db, queue_name, "t", b"first")
+        app = create_app(conninfo.make_conninfo(dsn, user=login_name), role=role_name)
+        dashboard = app.state.lonnymq
+        users: list[str] = []
+        connect = dashboard.db.connect
+
+        async def recording() -> psycopg.AsyncConnection[Any]:
+            conn: psycopg.AsyncConnection[Any] = await connect()
+            cur = await conn.execute("SELECT current_user")
+            row = await cur.fetchone()
+            assert row is not None
+            users.append(str(row[0]))
+            return conn
+
+        dashboard.db.connect = recording
+        with TestClient(app, base_url=BASE) as c:
+            assert queue_name in c.get("/").text  # the overview starts its throughput LISTEN
+            with c.stream("GET", "/events") as events:  # the LISTEN and waiter connections
+                lines = events.iter_lines()
+                assert next(lines).startswith("retry:")
+                # Events come only if the waiter may call wait_begin: as the role.
+                assert first_event(lines, db, queue_name)["event"] == "created"
+            wait_for(lambda: len(users) >= 3, what="three connections of the app's own")
+        assert set(users) == {role_name}
+    finally:
+        db.execute(
+            sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}; DROP ROLE {l}").format(r=role, l=login)
+        )
 
 
 def test_read_only_role_uses_the_monitor_grants(
@@ -451,7 +536,7 @@ def test_read_only_role_uses_the_monitor_grants(
         create(db, queue_name, "t", b"x")
         # Without the grants the monitoring role reads nothing.
         with (
-            TestClient(create_app(dsn, role=role)) as c,
+            TestClient(create_app(dsn, role=role), base_url=BASE) as c,
             pytest.raises(psycopg.errors.InsufficientPrivilege),
         ):
             c.get("/")
@@ -465,7 +550,7 @@ def test_read_only_role_uses_the_monitor_grants(
                 " lonnymq.periodic_summary TO {r}"
             ).format(r=sql.Identifier(role))
         )
-        with TestClient(create_app(dsn, role=role)) as c:
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
             assert queue_name in c.get("/").text
             assert 'data-channel="t"' in c.get("/channels", params={"queue": queue_name}).text
             assert c.get("/verify").status_code == 200
@@ -473,3 +558,271 @@ def test_read_only_role_uses_the_monitor_grants(
             assert "lonnymq_queue_messages" in c.get("/metrics").text
     finally:
         db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))
+
+
+REBOUND = "rebind.attacker.example:8080"
+
+
+def test_only_the_hosts_it_serves_answer(
+    dsn: str, client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    # DNS rebinding: a page of the attacker's name, resolved to this address, sends its own
+    # name as Host and a matching Origin. Refused before any handler runs.
+    message = create(db, queue_name, "t", b"secret payload")
+    rebound = {"host": REBOUND, "origin": f"http://{REBOUND}"}
+    refused = client.post("/actions/queue-pause", data={"queue": queue_name}, headers=rebound)
+    assert refused.status_code == 400
+    refused = client.post("/actions/archive-prune", data={"older_than_days": "0"}, headers=rebound)
+    assert refused.status_code == 400
+    assert served_channels(db, queue_name) == ["t"]  # not paused
+    read = client.get(f"/messages/{message}?show=text", headers={"host": REBOUND})
+    assert read.status_code == 400 and "secret" not in read.text
+    # The origin check of actions still stands behind the host check.
+    evil = {"origin": "http://evil.example"}
+    assert (
+        client.post("/actions/queue-pause", data={"queue": queue_name}, headers=evil).status_code
+        == 403
+    )
+    # Loopback names answer on any port; others only when allowed, with their port if given.
+    with TestClient(
+        create_app(dsn, allowed_hosts=["ops.example", "127.0.0.1:9000"]), base_url=BASE
+    ) as c:
+        assert c.get("/", headers={"host": "ops.example:443"}).status_code == 200
+        assert c.get("/", headers={"host": "127.0.0.1:9000"}).status_code == 200
+        assert c.get("/", headers={"host": "127.0.0.1:9001"}).status_code == 400
+        assert c.get("/", headers={"host": "localhost:8080"}).status_code == 400
+        assert c.get("/", headers={"host": "ops.example.evil:443"}).status_code == 400
+
+
+def test_cli_allows_the_bound_address_and_loopback_with_the_port() -> None:
+    from lonnymq.cli.web import allowed_hosts
+
+    assert allowed_hosts("0.0.0.0", 8081, ["ops.example"]) == [
+        "0.0.0.0:8081",
+        "localhost:8081",
+        "127.0.0.1:8081",
+        "[::1]:8081",
+        "ops.example",
+    ]
+    assert allowed_hosts("::1", 80, [])[0] == "[::1]:80"
+
+
+def test_pages_link_relatively_and_forbid_framing_and_caching(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    message = create(db, queue_name, "t", b"x")
+    for path in ("/", f"/channels?queue={queue_name}", f"/messages/{message}", "/archive"):
+        page = client.get(path)
+        assert page.status_code == 200
+        assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["cache-control"] == "no-store"
+        links = re.findall(r'(?:href|src|action|data-events|hx-get)="([^"]*)"', page.text)
+        assert links and all(link.startswith(("/", "?")) for link in links), links
+    by_id = client.get("/messages", params={"id": str(message)})
+    assert by_id.headers["location"] == f"/messages/{message}"
+
+
+def refused_notice(response: Any) -> str:
+    assert response.status_code == 303, response.text
+    location = str(response.headers["location"])
+    assert "refused" in location, location
+    return location
+
+
+def test_bad_input_is_refused_never_500(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "t", b"x")
+    deep = b"[" * 30_000 + b"]" * 30_000  # valid JSON, too deep to parse
+    nested = create(db, queue_name, "t", deep)
+    with TestClient(
+        create_app(dsn, actions=True),
+        base_url=BASE,
+        follow_redirects=False,
+        raise_server_exceptions=False,
+    ) as c:
+        policy = {"queue": queue_name, "channel": "t"}
+        for form in (
+            {"max_concurrency": "99999999999"},
+            {"max_attempts": "-99999999999"},
+            {"max_size": "9" * 30},
+            {"release_interval_ms": "1e3"},
+        ):
+            refused_notice(
+                c.post("/actions/channel-policy", data={**policy, **form}, headers=ORIGIN)
+            )
+        for days in ("1e10", "inf", "-inf", "nan", "9" * 400):
+            refused_notice(
+                c.post("/actions/archive-prune", data={"older_than_days": days}, headers=ORIGIN)
+            )
+        for id_ in ("99999999999999999999", "-99999999999999999999", "1" * 5000):
+            refused_notice(c.post("/actions/message-cancel", data={"id": id_}, headers=ORIGIN))
+            refused_notice(c.post("/actions/archive-requeue", data={"id": id_}, headers=ORIGIN))
+        long = "q" * 257
+        for path, params in (
+            ("/archive", {"after": "garbage"}),
+            ("/archive", {"before": "2026-13-01"}),
+            ("/channels", {"queue": long}),
+            ("/messages", {"queue": long}),
+            ("/messages", {"queue": queue_name, "channel": long}),
+        ):
+            page = c.get(path, params=params)
+            assert page.status_code == 400, (path, params, page.status_code)
+        assert c.get("/messages/99999999999999999999").status_code == 404
+        assert c.get("/archive/" + "1" * 5000).status_code == 404
+        shown = c.get(f"/messages/{nested}?show=json")
+        assert shown.status_code == 200 and "not valid JSON" in shown.text
+        # A refusal from SQL shows its primary message only, not PL/pgSQL's CONTEXT lines.
+        location = refused_notice(
+            c.post(
+                "/actions/channel-policy", data={**policy, "max_concurrency": "0"}, headers=ORIGIN
+            )
+        )
+        notice = c.get(location).text
+        assert "max_concurrency" in notice
+        assert "CONTEXT" not in location and "PL/pgSQL" not in notice
+    row = db.execute(
+        "SELECT max_concurrency FROM lonnymq.channel_stats WHERE queue = %s AND channel = 't'",
+        (queue_name,),
+    ).fetchone()
+    assert row == (None,)  # nothing refused changed anything
+
+
+def test_content_is_cut_and_not_read_while_hidden(
+    dsn: str, client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    big = json.dumps({"rows": ["x" * 100] * 55_000}).encode()  # 5.6 MB of JSON
+    message = create(db, queue_name, "t", big)
+    for show in ("json", "text", "hex"):
+        page = client.get(f"/messages/{message}?show={show}")
+        assert page.status_code == 200
+        assert "cut at 64 KiB" in page.text
+        assert len(page.text) < 300_000, (show, len(page.text))
+    small = create(db, queue_name, "t", json.dumps([[1]] * 20_000).encode())  # 100 KB pretty
+    page = client.get(f"/messages/{small}?show=json")
+    assert "cut at 64 KiB" in page.text and len(page.text) < 100_000
+    # A failure's error text is free too: the archive shows its start only.
+    failing = queue_name + "_err"
+    create(db, failing, "t", b"x")
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts, repeat('e', 6000000))"
+        " FROM lonnymq.message_dequeue(%s, 60000)",
+        (failing,),
+    )
+    assert len(client.get("/archive", params={"queue": failing}).text) < 100_000
+    [failed] = db.execute(
+        "SELECT id FROM lonnymq.message_archive WHERE queue = %s", (failing,)
+    ).fetchall()
+    page = client.get(f"/archive/{failed[0]}")
+    assert "cut at 65536 of 6000000 characters" in page.text and len(page.text) < 100_000
+    # Hidden, content and state are not read at all: a role that may not read them can
+    # still open the detail pages.
+    db.execute(
+        "SELECT lonnymq.message_fail(id, num_attempts) FROM lonnymq.message_dequeue(%s, 60000)",
+        (queue_name,),
+    )
+    archived = db.execute(
+        "SELECT id FROM lonnymq.message_archive WHERE queue = %s", (queue_name,)
+    ).fetchone()
+    assert archived is not None
+    role = "nocontent_" + uuid.uuid4().hex[:8]
+    db.execute(
+        sql.SQL(
+            "CREATE ROLE {r}; GRANT USAGE ON SCHEMA lonnymq TO {r};"
+            " GRANT SELECT (id, queue, channel, num_attempts, dequeue_at, locked_until,"
+            " created_at, priority, dedup_key) ON lonnymq.messages TO {r};"
+            " GRANT SELECT (id, message_id, queue, channel, num_attempts, outcome, error,"
+            " created_at, archived_at) ON lonnymq.message_archive TO {r}"
+        ).format(r=sql.Identifier(role))
+    )
+    try:
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
+            live = c.get(f"/messages/{small}")
+            assert live.status_code == 200 and "hidden" in live.text
+            gone = c.get(f"/archive/{archived[0]}")
+            assert gone.status_code == 200 and "hidden" in gone.text
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))
+
+
+def test_forged_worker_reports_cannot_break_the_overview(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    create(db, queue_name, "t", b"x")
+    with TestClient(create_app(dsn), base_url=BASE) as c:
+        c.get("/")  # the overview starts listening, to the queues it listed
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN lonnymq_stats'"
+                ).fetchone()
+                == (1,)
+            ),
+            what="the overview listening for reports",
+        )
+        # 20,000 made-up queues in one statement, then a real queue's count of 400 digits.
+        db.execute(
+            "SELECT pg_notify('lonnymq_stats', json_build_object('queue', 'made-up-' || i,"
+            " 'worker', 'w' || i, 'since', 1e12, 'completed', 1, 'failed', 0)::text)"
+            " FROM generate_series(1, 20000) i"
+        )
+        forged = (
+            json.dumps(
+                {"queue": queue_name, "worker": "w", "since": time.time() + 60, "failed": 0}
+            )[:-1]
+            + ', "completed": '
+            + "9" * 400
+            + "}"
+        )
+        db.execute("SELECT pg_notify('lonnymq_stats', %s)", (forged,))
+        wait_for(
+            lambda: spark_totals(c.get("/").text, queue_name) is not None,
+            what="the forged report heard",
+        )
+        dashboard = c.app.state.lonnymq  # type: ignore[attr-defined]
+        assert len(set(dashboard.throughput._buckets) - {queue_name}) <= MAX_QUEUES
+
+
+def test_schedules_tolerate_any_state_and_made_up_entries(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    from lonnymq import _periodic
+
+    real = "zz" + queue_name  # sorts after the made-up queue
+    fake = "aa" + queue_name
+    # What a Worker's every(3600000, "nightly") leaves: one message keyed by its channel.
+    channel = _periodic.channel_for("nightly")
+    db.execute(
+        "SELECT lonnymq.message_create(%s, %s, 'x', dedup_key => %s, state => %s)",
+        (real, channel, _periodic.dedup_key_for("nightly"), _periodic.run_state(3_600_000, None)),
+    )
+    # A producer's forgeries: a state a Worker never writes, on every kind of record...
+    for i, state in enumerate(
+        (
+            b'{"interval_ms": "soon"}',
+            b'{"interval_ms": true, "ran_at": 5, "error": [1]}',
+            b'{"ran_at": "not a time"}',
+            b"[" * 3000 + b"]" * 3000,
+            b"\xff",
+        )
+    ):
+        name = _periodic.channel_for(f"odd-{i}")
+        db.execute(
+            "SELECT lonnymq.message_create(%s, %s, 'x', dedup_key => %s, state => %s)",
+            (fake, name, name, state),
+        )
+    # ... and more made-up entries than the page shows, all sorting before the real one.
+    db.execute(
+        "SELECT lonnymq.message_create_batch(%s, array_agg('lonnymq.every:x-' || i),"
+        " array_agg('x'::bytea)) FROM generate_series(1, 600) i",
+        (fake,),
+    )
+    with TestClient(create_app(dsn), base_url=BASE) as c:
+        page = c.get("/schedules")
+    assert page.status_code == 200
+    assert f'data-periodic="{real}/nightly"' in page.text
+    assert f'data-periodic="{fake}/odd-0"' in page.text
+    assert len(re.findall(r"data-periodic=", page.text)) == 500
+    shown = re.search(r"500 of (\d+) shown", page.text)
+    assert shown is not None and int(shown.group(1)) >= 606  # other tests' entries too

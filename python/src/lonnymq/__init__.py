@@ -18,6 +18,7 @@ from .models import (
     CompleteResult,
     CreateResult,
     QueueStats,
+    RequeueResult,
 )
 from .queue import Queue
 from .worker import Worker
@@ -36,6 +37,7 @@ __all__ = [
     "Message",
     "Queue",
     "QueueStats",
+    "RequeueResult",
     "Retry",
     "Worker",
     "WorkerHooks",

@@ -101,7 +101,33 @@ ARCHIVE_REQUEUE = """
 SELECT status, id FROM lonnymq.archive_requeue(archive_id => %s::pg_catalog.int8)
 """
 
-ARCHIVE_PRUNE = "SELECT lonnymq.archive_prune(older_than => %s::pg_catalog.interval)"
+# A bulk redrive: every archived message of a queue matching the filter.
+ARCHIVE_REQUEUE_MATCHING = """
+SELECT requeued, dropped
+  FROM lonnymq.archive_requeue(
+       queue => %s::pg_catalog.text,
+       outcome => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       archived_after => %s::pg_catalog.timestamptz,
+       archived_before => %s::pg_catalog.timestamptz)
+"""
+
+ARCHIVE_PRUNE = """
+SELECT lonnymq.archive_prune(
+       older_than => %s::pg_catalog.interval,
+       queue => %s::pg_catalog.text,
+       channel => %s::pg_catalog.text,
+       outcome => %s::pg_catalog.text)
+"""
+
+QUEUE_PAUSE = "SELECT lonnymq.queue_pause(queue => %s::pg_catalog.text)"
+QUEUE_RESUME = "SELECT lonnymq.queue_resume(queue => %s::pg_catalog.text)"
+CHANNEL_PAUSE = """
+SELECT lonnymq.channel_pause(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)
+"""
+CHANNEL_RESUME = """
+SELECT lonnymq.channel_resume(queue => %s::pg_catalog.text, channel => %s::pg_catalog.text)
+"""
 
 WAIT_HINT_MS = "SELECT lonnymq.wait_hint_ms(queue => %s::pg_catalog.text)"
 WAIT_BEGIN = "SELECT lonnymq.wait_begin(queue => %s::pg_catalog.text)"
@@ -138,19 +164,16 @@ SELECT queue, channel, ready, scheduled, locked, max_concurrency, release_interv
 # The queues that exist, cheaply (no count of their messages): for waiters of every queue.
 QUEUE_NAMES = "SELECT queue FROM lonnymq.queue_summary(count_limit => 1)"
 
-# A waiter of several queues (``lonnymq tail``, the dashboard's live page) moves its
-# announcement from the queues ``before`` to the queues ``now``: new ones first, so that no
-# event falls in between, and only the difference.
+# A waiter of several queues (``lonnymq tail``, the dashboard's live page, see _announce)
+# announces itself on each queue of a list, with what each wait_begin returned, and ends
+# the announcements of another list.
 ANNOUNCE = """
-SELECT pg_catalog.count(lonnymq.wait_begin(q))
-  FROM pg_catalog.unnest(%(now)s::pg_catalog.text[]) q
- WHERE q OPERATOR(pg_catalog.<>) ALL (%(before)s::pg_catalog.text[])
+SELECT q AS queue, lonnymq.wait_begin(q) AS hint_ms
+  FROM pg_catalog.unnest(%s::pg_catalog.text[]) q
 """
 
 WITHDRAW = """
-SELECT pg_catalog.count(lonnymq.wait_end(q))
-  FROM pg_catalog.unnest(%(before)s::pg_catalog.text[]) q
- WHERE q OPERATOR(pg_catalog.<>) ALL (%(now)s::pg_catalog.text[])
+SELECT pg_catalog.count(lonnymq.wait_end(q)) FROM pg_catalog.unnest(%s::pg_catalog.text[]) q
 """
 
 QUEUE_STATS = """

@@ -15,8 +15,8 @@ import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Any, TypeVar
+from types import EllipsisType, TracebackType
+from typing import Any, TypeVar, overload
 
 from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
@@ -35,6 +35,7 @@ from .models import (
     CompleteResult,
     CreateResult,
     QueueStats,
+    RequeueResult,
 )
 
 T = TypeVar("T")
@@ -193,6 +194,24 @@ class AsyncQueue:
         """``deleted``, ``not_found`` or ``not_empty``."""
         return str(await self._scalar(_sql.CHANNEL_DELETE, (self.name, channel), conn))
 
+    async def channel_pause(self, channel: str, *, conn: AsyncConnection[Any] | None = None) -> str:
+        """Stop serving a channel: ``paused`` or ``not_found``."""
+        return str(await self._scalar(_sql.CHANNEL_PAUSE, (self.name, channel), conn))
+
+    async def channel_resume(
+        self, channel: str, *, conn: AsyncConnection[Any] | None = None
+    ) -> str:
+        """Serve a paused channel again: ``resumed`` or ``not_found``."""
+        return str(await self._scalar(_sql.CHANNEL_RESUME, (self.name, channel), conn))
+
+    async def queue_pause(self, *, conn: AsyncConnection[Any] | None = None) -> str:
+        """Stop serving this queue: ``paused`` or ``not_found``."""
+        return str(await self._scalar(_sql.QUEUE_PAUSE, (self.name,), conn))
+
+    async def queue_resume(self, *, conn: AsyncConnection[Any] | None = None) -> str:
+        """Serve this queue again: ``resumed`` or ``not_found``."""
+        return str(await self._scalar(_sql.QUEUE_RESUME, (self.name,), conn))
+
     # -- producing --------------------------------------------------------------------------
 
     async def create(
@@ -339,18 +358,68 @@ class AsyncQueue:
             class_row(ArchivedMessage),
         )
 
+    @overload
     async def archive_requeue(
         self, archive_id: int, *, conn: AsyncConnection[Any] | None = None
-    ) -> CreateResult:
-        """Re-create an archived message."""
-        rows = await self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn, class_row(CreateResult))
-        return rows[0]
+    ) -> CreateResult: ...
+
+    @overload
+    async def archive_requeue(
+        self,
+        *,
+        outcome: str | None,
+        channel: str | None = None,
+        archived_after: datetime | None = None,
+        archived_before: datetime | None = None,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> RequeueResult: ...
+
+    async def archive_requeue(
+        self,
+        archive_id: int | None = None,
+        *,
+        outcome: str | EllipsisType | None = ...,
+        channel: str | None = None,
+        archived_after: datetime | None = None,
+        archived_before: datetime | None = None,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> CreateResult | RequeueResult:
+        """Re-create one archived message (``CreateResult``), or, given ``outcome`` (``None``:
+        any) instead of an id, every archived message of this queue matching the filter,
+        oldest first, in one transaction (``RequeueResult``). Like the SQL function,
+        ``outcome`` has no default, so the one-argument call is always the single-id form."""
+        if archive_id is not None:
+            if outcome is not ...:
+                raise TypeError("archive_requeue takes an archive id or a filter, not both")
+            rows = await self._rows(
+                _sql.ARCHIVE_REQUEUE, (archive_id,), conn, class_row(CreateResult)
+            )
+            return rows[0]
+        if outcome is ...:
+            raise TypeError("archive_requeue needs an archive id, or outcome= for a filter")
+        matching = await self._rows(
+            _sql.ARCHIVE_REQUEUE_MATCHING,
+            (self.name, outcome, channel, archived_after, archived_before),
+            conn,
+            class_row(RequeueResult),
+        )
+        return matching[0]
 
     async def archive_prune(
-        self, older_than: timedelta, *, conn: AsyncConnection[Any] | None = None
+        self,
+        older_than: timedelta,
+        *,
+        all_queues: bool = True,
+        channel: str | None = None,
+        outcome: str | None = None,
+        conn: AsyncConnection[Any] | None = None,
     ) -> int:
-        """Delete archive rows older than ``older_than`` (all queues); returns the count."""
-        return int(await self._scalar(_sql.ARCHIVE_PRUNE, (older_than,), conn))
+        """Delete archive rows older than ``older_than`` of every queue (``all_queues=False``:
+        of this queue only), optionally of one channel or outcome; returns the count."""
+        queue = None if all_queues else self.name
+        return int(
+            await self._scalar(_sql.ARCHIVE_PRUNE, (older_than, queue, channel, outcome), conn)
+        )
 
     # -- inspection -------------------------------------------------------------------------
 

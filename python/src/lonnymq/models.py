@@ -27,6 +27,15 @@ class CompleteResult:
 
 
 @dataclass(frozen=True)
+class RequeueResult:
+    """Result of a bulk ``archive_requeue``: messages re-created, and those left archived
+    because their channel was full."""
+
+    requeued: int
+    dropped: int
+
+
+@dataclass(frozen=True)
 class Channel:
     """A channel's policy as stored by ``channel_set`` (NULL limits mean unlimited)."""
 

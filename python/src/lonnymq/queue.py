@@ -17,8 +17,8 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Any, TypeVar
+from types import EllipsisType, TracebackType
+from typing import Any, TypeVar, overload
 
 from psycopg import Connection
 from psycopg.pq import TransactionStatus
@@ -37,6 +37,7 @@ from .models import (
     CompleteResult,
     CreateResult,
     QueueStats,
+    RequeueResult,
 )
 
 T = TypeVar("T")
@@ -170,6 +171,22 @@ class Queue:
     def channel_delete(self, channel: str, *, conn: Connection[Any] | None = None) -> str:
         """``deleted``, ``not_found`` or ``not_empty``."""
         return str(self._scalar(_sql.CHANNEL_DELETE, (self.name, channel), conn))
+
+    def channel_pause(self, channel: str, *, conn: Connection[Any] | None = None) -> str:
+        """Stop serving a channel: ``paused`` or ``not_found``."""
+        return str(self._scalar(_sql.CHANNEL_PAUSE, (self.name, channel), conn))
+
+    def channel_resume(self, channel: str, *, conn: Connection[Any] | None = None) -> str:
+        """Serve a paused channel again: ``resumed`` or ``not_found``."""
+        return str(self._scalar(_sql.CHANNEL_RESUME, (self.name, channel), conn))
+
+    def queue_pause(self, *, conn: Connection[Any] | None = None) -> str:
+        """Stop serving this queue: ``paused`` or ``not_found``."""
+        return str(self._scalar(_sql.QUEUE_PAUSE, (self.name,), conn))
+
+    def queue_resume(self, *, conn: Connection[Any] | None = None) -> str:
+        """Serve this queue again: ``resumed`` or ``not_found``."""
+        return str(self._scalar(_sql.QUEUE_RESUME, (self.name,), conn))
 
     # -- producing --------------------------------------------------------------------------
 
@@ -315,16 +332,64 @@ class Queue:
             class_row(ArchivedMessage),
         )
 
+    @overload
     def archive_requeue(
         self, archive_id: int, *, conn: Connection[Any] | None = None
-    ) -> CreateResult:
-        """Re-create an archived message."""
-        rows = self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn, class_row(CreateResult))
-        return rows[0]
+    ) -> CreateResult: ...
 
-    def archive_prune(self, older_than: timedelta, *, conn: Connection[Any] | None = None) -> int:
-        """Delete archive rows older than ``older_than`` (all queues); returns the count."""
-        return int(self._scalar(_sql.ARCHIVE_PRUNE, (older_than,), conn))
+    @overload
+    def archive_requeue(
+        self,
+        *,
+        outcome: str | None,
+        channel: str | None = None,
+        archived_after: datetime | None = None,
+        archived_before: datetime | None = None,
+        conn: Connection[Any] | None = None,
+    ) -> RequeueResult: ...
+
+    def archive_requeue(
+        self,
+        archive_id: int | None = None,
+        *,
+        outcome: str | EllipsisType | None = ...,
+        channel: str | None = None,
+        archived_after: datetime | None = None,
+        archived_before: datetime | None = None,
+        conn: Connection[Any] | None = None,
+    ) -> CreateResult | RequeueResult:
+        """Re-create one archived message (``CreateResult``), or, given ``outcome`` (``None``:
+        any) instead of an id, every archived message of this queue matching the filter,
+        oldest first, in one transaction (``RequeueResult``). Like the SQL function,
+        ``outcome`` has no default, so the one-argument call is always the single-id form."""
+        if archive_id is not None:
+            if outcome is not ...:
+                raise TypeError("archive_requeue takes an archive id or a filter, not both")
+            rows = self._rows(_sql.ARCHIVE_REQUEUE, (archive_id,), conn, class_row(CreateResult))
+            return rows[0]
+        if outcome is ...:
+            raise TypeError("archive_requeue needs an archive id, or outcome= for a filter")
+        matching = self._rows(
+            _sql.ARCHIVE_REQUEUE_MATCHING,
+            (self.name, outcome, channel, archived_after, archived_before),
+            conn,
+            class_row(RequeueResult),
+        )
+        return matching[0]
+
+    def archive_prune(
+        self,
+        older_than: timedelta,
+        *,
+        all_queues: bool = True,
+        channel: str | None = None,
+        outcome: str | None = None,
+        conn: Connection[Any] | None = None,
+    ) -> int:
+        """Delete archive rows older than ``older_than`` of every queue (``all_queues=False``:
+        of this queue only), optionally of one channel or outcome; returns the count."""
+        queue = None if all_queues else self.name
+        return int(self._scalar(_sql.ARCHIVE_PRUNE, (older_than, queue, channel, outcome), conn))
 
     # -- inspection -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from .. import _sql
+from .._announce import Announcements
 from ._text import printable
 
 CHANNELS = ("lonnymq", "lonnymq_dead")
@@ -24,20 +25,24 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-# How often the announcement is renewed, to include queues created since.
-ANNOUNCE_EVERY_S = 5.0
+# How often the list of queues is read again, to announce queues created since.
+LIST_EVERY_S = 5.0
 
 
-def announce(
-    waiter: psycopg.Connection[Any], queues_now: list[str], before: list[str]
-) -> list[str]:
+def announce(waiter: psycopg.Connection[Any], book: Announcements, queues_now: list[str]) -> None:
     """Producers send 'lonnymq' events only while a consumer waits (lonnymq.wait_begin): tail
-    counts as one, for its queue or every queue, on its own autocommit connection. The new
-    announcement comes before the old one ends, so no event falls in between."""
-    moved = {"now": queues_now, "before": before}
-    waiter.execute(_sql.ANNOUNCE, moved)
-    waiter.execute(_sql.WITHDRAW, moved)
-    return queues_now
+    counts as one, for its queue or every queue, on its own autocommit connection. New
+    queues are announced before gone ones end; one whose announcement may not have taken
+    is announced again (see _announce)."""
+    plan = book.plan(queues_now, time.monotonic())
+    if not plan:
+        return
+    if plan.again:
+        waiter.execute(_sql.WITHDRAW, (plan.again,))
+    hints = waiter.execute(_sql.ANNOUNCE, (plan.begin,)).fetchall() if plan.begin else []
+    if plan.gone:
+        waiter.execute(_sql.WITHDRAW, (plan.gone,))
+    book.record(plan, hints, time.monotonic())
 
 
 def queues(conn: psycopg.Connection[Any]) -> list[str]:
@@ -47,24 +52,26 @@ def queues(conn: psycopg.Connection[Any]) -> list[str]:
 def run(dsn: str, args: argparse.Namespace) -> int:
     seen = 0
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    book = Announcements()
     with (
         psycopg.connect(dsn, autocommit=True) as conn,
         psycopg.connect(dsn, autocommit=True) as waiter,
     ):
         for channel in CHANNELS:
             conn.execute("LISTEN " + channel)
-        announced_to = announce(waiter, [args.queue] if args.queue else queues(waiter), [])
-        announced = time.monotonic()
+        wanted = [args.queue] if args.queue else queues(waiter)
+        listed = time.monotonic()
+        announce(waiter, book, wanted)
         # Tell a reader (a test or a script) that events from now on will be shown.
         print(f"listening on {', '.join(CHANNELS)}", flush=True)
         while deadline is None or time.monotonic() < deadline:
-            if time.monotonic() - announced > ANNOUNCE_EVERY_S:
-                announced_to = announce(
-                    waiter, [args.queue] if args.queue else queues(waiter), announced_to
-                )
-                announced = time.monotonic()
-            wait = 1.0 if deadline is None else max(min(1.0, deadline - time.monotonic()), 0)
-            for notify in conn.notifies(timeout=wait):
+            if not args.queue and time.monotonic() - listed > LIST_EVERY_S:
+                wanted, listed = queues(waiter), time.monotonic()
+            announce(waiter, book, wanted)
+            wait = min(
+                1.0, *(t - time.monotonic() for t in (deadline, book.next_due()) if t is not None)
+            )
+            for notify in conn.notifies(timeout=max(wait, 0)):
                 line = format_event(notify.channel, notify.payload, args.queue)
                 if line is None:
                     continue
@@ -80,7 +87,7 @@ def format_event(channel: str, payload: str, only_queue: str | None) -> str | No
     NOTIFY these channels: every part of the payload is escaped (see _text)."""
     try:
         data = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         data = {"payload": payload}
     if not isinstance(data, dict):
         data = {"payload": data}

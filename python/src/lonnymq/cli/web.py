@@ -23,6 +23,14 @@ def register(commands: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also answer to this Host (repeatable; without a port: any port). By default "
+        "only the bound address and localhost, with the port: any other Host gets 400",
+    )
+    p.add_argument(
         "--actions",
         action="store_true",
         help="enable pause, resume, policy edits, cancel, requeue and prune",
@@ -67,6 +75,7 @@ def run(dsn: str, args: argparse.Namespace) -> int:
         )
     app = create_app(
         dsn,
+        allowed_hosts=allowed_hosts(args.host, args.port, args.allowed_host),
         actions=args.actions,
         auth=(user, password) if user and password else None,
         role=args.role,
@@ -78,3 +87,12 @@ def run(dsn: str, args: argparse.Namespace) -> int:
         options.update(proxy_headers=True, forwarded_allow_ips=args.forwarded_allow_ips)
     uvicorn.run(app, **options)
     return 0
+
+
+def allowed_hosts(host: str, port: int, extra: list[str]) -> list[str]:
+    """The Host names the dashboard answers to: the bound address and the loopback names
+    with the port (what a browser sends for http://localhost:8080), and the ones asked for.
+    A loopback name cannot be rebound: a rebinding page's Host is its own name."""
+    from ..web.security import LOOPBACK_HOSTS, host_entry
+
+    return [host_entry(h, port) for h in (host, *LOOPBACK_HOSTS)] + extra

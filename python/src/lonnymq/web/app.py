@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import jinja2
 import psycopg
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from psycopg_pool import AsyncConnectionPool
@@ -28,11 +30,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .. import _sql
-from .db import CHANNEL_COUNT_LIMIT, Database, Row
+from ..aqueue import AsyncQueue
+from .db import CHANNEL_COUNT_LIMIT, MAX_NAME_CHARS, Database, Row
 from .live import Broadcaster
 from .metrics import DatabaseCollector
-from .security import BasicAuth, same_origin
+from .security import LOOPBACK_HOSTS, BasicAuth, HostGuard, same_origin
 from .throughput import Throughput
 
 HERE = Path(__file__).parent
@@ -43,6 +45,15 @@ OUTCOMES = ("failed", "dead", "completed")
 STATES = ("ready", "scheduled", "locked")
 # Content shown on request is cut here: the page is for reading, not for downloading.
 MAX_SHOWN_BYTES = 64 * 1024
+# The SQL types of the numbers a form sends: anything outside is refused before any call.
+INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
+# archive_prune's age in days at most: longer than anything archived (SQL returns 0 past
+# 6000 years), and a timedelta can still hold it.
+MAX_AGE_DAYS = 10_000 * 366
+# The client's name for calls that name no queue (cancel and requeue by id, a prune of
+# every queue): an AsyncQueue needs a name, which these calls do not send.
+ANY_QUEUE = "-"
 # Throughput samples: at most one per SAMPLE_S, the chart covers the last CHART_S.
 SAMPLE_S = 2.0
 CHART_S = 600.0
@@ -61,6 +72,7 @@ def create_app(
     metrics_cache_s: float = 10.0,
     metrics_channels: bool = False,
     registry: CollectorRegistry | None = None,
+    allowed_hosts: list[str] | None = None,
 ) -> Starlette:
     """The dashboard and ``/metrics`` as an ASGI app, to serve or to mount.
 
@@ -69,26 +81,31 @@ def create_app(
     transactions are read-only, and with ``role`` every connection runs ``SET ROLE`` to it
     (typically the monitoring role of the README). ``auth=(user, password)`` requires basic
     auth on every request. ``registry``: where the database metrics are registered (a
-    fresh one by default; pass the one your app already exports to merge them)."""
+    fresh one by default; pass the one your app already exports to merge them).
+    ``allowed_hosts``: the ``Host`` names it answers to (``name`` on any port, or
+    ``name:port``); by default the loopback names, ``localhost``, ``127.0.0.1`` and
+    ``[::1]``. Any other ``Host`` gets 400: mounted under a public name, pass that name."""
     db = Database(conninfo_or_pool, read_only=not actions, role=role, count_limit=count_limit)
-    listen_dsn = (
-        conninfo_or_pool
-        if isinstance(conninfo_or_pool, str)
-        else getattr(conninfo_or_pool, "conninfo", None)
-    )
-    broadcaster = Broadcaster(listen_dsn)
+    broadcaster = Broadcaster(db)
     collector = DatabaseCollector(db, cache_s=metrics_cache_s, per_channel=metrics_channels)
     metrics_registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     metrics_registry.register(collector)
     dashboard = Dashboard(
-        db, broadcaster, Throughput(listen_dsn), collector, metrics_registry, actions, refresh_s
+        db, broadcaster, Throughput(db), collector, metrics_registry, actions, refresh_s
     )
 
-    middleware = [Middleware(BasicAuth, user=auth[0], password=auth[1])] if auth else []
+    hosts = list(LOOPBACK_HOSTS) if allowed_hosts is None else list(allowed_hosts)
+    middleware = [Middleware(HostGuard, allowed=hosts)]
+    if auth:
+        middleware.append(Middleware(BasicAuth, user=auth[0], password=auth[1]))
     app = Starlette(
         routes=dashboard.routes(),
         middleware=middleware,
         lifespan=dashboard.lifespan,
+        exception_handlers={
+            BadInput: dashboard.bad_input,
+            psycopg.errors.DataError: dashboard.bad_input,
+        },
     )
     app.state.lonnymq = dashboard
     return app
@@ -116,6 +133,8 @@ class Dashboard:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["age"] = format_age
         self.templates.env.filters["when"] = format_when
+        # Links are paths of this site: never an absolute URL built from the Host header.
+        self.templates.env.globals["url_for"] = template_path_for
         self.templates.env.globals["STATES"] = STATES
         self.templates.env.globals["OUTCOMES"] = OUTCOMES
 
@@ -134,9 +153,9 @@ class Dashboard:
             Route("/verify", self.verify, name="verify"),
             Route("/channels", self.channels, name="channels"),
             Route("/messages", self.messages, name="messages"),
-            Route("/messages/{id:int}", self.message, name="message"),
+            Route("/messages/{id}", self.message, name="message"),
             Route("/archive", self.archive, name="archive"),
-            Route("/archive/{id:int}", self.archived, name="archived"),
+            Route("/archive/{id}", self.archived, name="archived"),
             Route("/schedules", self.schedules, name="schedules"),
             Route("/events", self.events, name="events"),
             Route("/metrics", self.metrics, name="metrics"),
@@ -210,12 +229,22 @@ class Dashboard:
         )
         return self.templates.TemplateResponse(request, template, context, status_code=status_code)
 
+    async def bad_input(self, request: Request, exc: Exception) -> Response:
+        """A page asked with a parameter out of bounds: 400 with what was wrong, only the
+        error's first line (never the statements of its context)."""
+        return PlainTextResponse(f"bad request: {primary_message(exc)}", status_code=400)
+
+    async def queue(self, name: str) -> AsyncQueue:
+        """The client for one queue, over the dashboard's pool (its role, read-only or not)."""
+        await self.db.open()
+        return AsyncQueue(self.db.pool, name)
+
     # -- pages --------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
         queues = await self.db.queues()  # the only page that counts
         await self.sample()
-        self.throughput.touch()
+        self.throughput.touch([q["queue"] for q in queues])
         return self.page(
             request,
             "overview.html",
@@ -234,7 +263,7 @@ class Dashboard:
 
     async def channels(self, request: Request) -> Response:
         queues = await self.db.queue_names()
-        queue = request.query_params.get("queue") or (queues[0]["queue"] if queues else None)
+        queue = name_param(request, "queue") or (queues[0]["queue"] if queues else None)
         limit = bounded_int(request.query_params.get("limit"), 100, 1, 10_000) or 100
         rows = await self.db.channels(queue, limit) if queue else []
         summary = next((q for q in queues if q["queue"] == queue), None)
@@ -252,24 +281,20 @@ class Dashboard:
     async def messages(self, request: Request) -> Response:
         params = request.query_params
         queues = await self.db.queue_names()
-        queue = params.get("queue") or (queues[0]["queue"] if queues else None)
-        channel = params.get("channel") or None
+        queue = name_param(request, "queue") or (queues[0]["queue"] if queues else None)
+        channel = name_param(request, "channel")
         state = params.get("state") if params.get("state") in STATES else None
-        message_id = bounded_int(params.get("id"), None, 1, 2**63 - 1)
+        message_id = bounded_int(params.get("id"), None, 1, INT8_MAX)
         dedup_key = params.get("dedup_key") or None
         rows: list[Row] = []
         if message_id is not None:
             found = await self.db.message(message_id)
             if found is not None:
-                return RedirectResponse(
-                    str(request.url_for("message", id=message_id)), status_code=303
-                )
+                return RedirectResponse(path_for(request, "message", id=message_id), 303)
         elif dedup_key and queue:
             found = await self.db.message_by_dedup_key(queue, dedup_key)
             if found is not None:
-                return RedirectResponse(
-                    str(request.url_for("message", id=found["id"])), status_code=303
-                )
+                return RedirectResponse(path_for(request, "message", id=found["id"]), 303)
         elif queue:
             rows = await self.db.browse(queue, channel, state, PAGE_SIZE)
         return self.page(
@@ -286,26 +311,32 @@ class Dashboard:
         )
 
     async def message(self, request: Request) -> Response:
-        row = await self.db.message(request.path_params["id"])
+        show = shown_as(request)
+        message_id = path_id(request)
+        row = (
+            None if message_id is None else await self.db.message(message_id, MAX_SHOWN_BYTES, show)
+        )
         if row is None:
             return self.page(request, "gone.html", 404, what="message", status="not live any more")
-        show = request.query_params.get("show")
         return self.page(
             request,
             "message.html",
             m=row,
             show=show,
-            content=render_bytes(row["content"], show),
-            state=render_bytes(row["state"], show),
+            content=render_bytes(row.get("content"), row.get("content_bytes"), show),
+            state=render_bytes(row.get("state"), row.get("state_bytes"), show),
         )
 
     async def archive(self, request: Request) -> Response:
         params = request.query_params
         queues = await self.db.queue_names()
-        queue = params.get("queue") or None
+        queue = name_param(request, "queue")
         outcome = params.get("outcome") if params.get("outcome") in OUTCOMES else None
-        after = parse_time(params.get("after"))
-        before = parse_time(params.get("before"))
+        try:
+            after = parse_time(params.get("after"))
+            before = parse_time(params.get("before"))
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
         rows = await self.db.archive(queue, outcome, after, before, PAGE_SIZE)
         return self.page(
             request,
@@ -319,28 +350,34 @@ class Dashboard:
         )
 
     async def archived(self, request: Request) -> Response:
-        row = await self.db.archived(request.path_params["id"])
+        show = shown_as(request)
+        archive_id = path_id(request)
+        row = (
+            None
+            if archive_id is None
+            else await self.db.archived(archive_id, MAX_SHOWN_BYTES, show)
+        )
         if row is None:
             return self.page(
                 request, "gone.html", 404, what="archived message", status="not archived"
             )
-        show = request.query_params.get("show")
         return self.page(
             request,
             "archived.html",
             a=row,
             show=show,
-            content=render_bytes(row["content"], show),
-            state=render_bytes(row["state"], show),
+            content=render_bytes(row.get("content"), row.get("content_bytes"), show),
+            state=render_bytes(row.get("state"), row.get("state_bytes"), show),
         )
 
     async def schedules(self, request: Request) -> Response:
+        periodic, periodic_count = await self.db.periodic(PERIODIC_ROWS)
         return self.page(
             request,
             "schedules.html",
             jobs=await self.db.cron_jobs(),
-            periodic=await self.db.periodic(PERIODIC_ROWS),
-            periodic_rows=PERIODIC_ROWS,
+            periodic=periodic,
+            periodic_count=periodic_count,
         )
 
     async def events(self, request: Request) -> Response:
@@ -410,10 +447,9 @@ class Dashboard:
             form = await request.form()
             try:
                 notice = await run(form)
-            except psycopg.errors.InvalidParameterValue as exc:
-                notice = f"refused: {str(exc).removeprefix('lonnymq: ').strip()}"
-            except ValueError as exc:
-                notice = f"refused: {exc}"
+            except (ValueError, psycopg.errors.DataError) as exc:
+                # Bad input (SQLSTATE class 22: 22023 from lonnymq) changes nothing.
+                notice = f"refused: {primary_message(exc).removeprefix('lonnymq: ')}"
             return RedirectResponse(
                 with_notice(form_value(form, "next") or "", notice, request), 303
             )
@@ -421,84 +457,112 @@ class Dashboard:
         return handler
 
     async def queue_pause(self, form: FormData) -> str:
-        queue = required(form, "queue")
-        status = await self.db.value("SELECT lonnymq.queue_pause(%s)", (queue,))
-        return f"queue {queue}: {status}"
+        queue = await self.queue(required(form, "queue"))
+        return f"queue {queue.name}: {await queue.queue_pause()}"
 
     async def queue_resume(self, form: FormData) -> str:
-        queue = required(form, "queue")
-        status = await self.db.value("SELECT lonnymq.queue_resume(%s)", (queue,))
-        return f"queue {queue}: {status}"
+        queue = await self.queue(required(form, "queue"))
+        return f"queue {queue.name}: {await queue.queue_resume()}"
 
     async def channel_pause(self, form: FormData) -> str:
-        queue, channel = required(form, "queue"), required(form, "channel")
-        status = await self.db.value("SELECT lonnymq.channel_pause(%s, %s)", (queue, channel))
-        return f"channel {channel}: {status}"
+        queue, channel = await self.queue(required(form, "queue")), required(form, "channel")
+        return f"channel {channel}: {await queue.channel_pause(channel)}"
 
     async def channel_resume(self, form: FormData) -> str:
-        queue, channel = required(form, "queue"), required(form, "channel")
-        status = await self.db.value("SELECT lonnymq.channel_resume(%s, %s)", (queue, channel))
-        return f"channel {channel}: {status}"
+        queue, channel = await self.queue(required(form, "queue")), required(form, "channel")
+        return f"channel {channel}: {await queue.channel_resume(channel)}"
 
     async def channel_policy(self, form: FormData) -> str:
-        queue, channel = required(form, "queue"), required(form, "channel")
-        await self.db.row(
-            _sql.CHANNEL_SET,
-            (
-                queue,
-                channel,
-                optional_int(form, "max_concurrency"),
-                optional_int(form, "release_interval_ms") or 0,
-                optional_int(form, "max_size"),
-                optional_int(form, "max_attempts"),
-                form_value(form, "retain_completed") == "on",
-            ),
+        queue, channel = await self.queue(required(form, "queue")), required(form, "channel")
+        await queue.channel_set(
+            channel,
+            max_concurrency=optional_int(form, "max_concurrency", INT4_MAX),
+            release_interval_ms=optional_int(form, "release_interval_ms", INT8_MAX) or 0,
+            max_size=optional_int(form, "max_size", INT8_MAX),
+            max_attempts=optional_int(form, "max_attempts", INT4_MAX),
+            retain_completed=form_value(form, "retain_completed") == "on",
         )
         return f"channel {channel}: policy saved"
 
     async def message_cancel(self, form: FormData) -> str:
         message_id = required_int(form, "id")
-        status = await self.db.value(_sql.MESSAGE_CANCEL, (message_id,))
+        status = await (await self.queue(ANY_QUEUE)).cancel(message_id)
         return f"message {message_id}: {status}"
 
     async def archive_requeue(self, form: FormData) -> str:
         archive_id = required_int(form, "id")
-        row = await self.db.row(_sql.ARCHIVE_REQUEUE, (archive_id,))
-        assert row is not None
-        if row["status"] == "created":
-            return f"archived {archive_id}: requeued as message {row['id']}"
-        return f"archived {archive_id}: {row['status']}"
+        result = await (await self.queue(ANY_QUEUE)).archive_requeue(archive_id)
+        if result.status == "created":
+            return f"archived {archive_id}: requeued as message {result.id}"
+        return f"archived {archive_id}: {result.status}"
 
     async def archive_requeue_all(self, form: FormData) -> str:
-        queue = required(form, "queue")
-        outcome = form_value(form, "outcome") or None
-        row = await self.db.row(
-            "SELECT requeued, dropped FROM lonnymq.archive_requeue(queue => %s, outcome => %s,"
-            " archived_after => %s, archived_before => %s)",
-            (
-                queue,
-                outcome,
-                parse_time(form_value(form, "after")),
-                parse_time(form_value(form, "before")),
-            ),
+        queue = await self.queue(required(form, "queue"))
+        result = await queue.archive_requeue(
+            outcome=form_value(form, "outcome") or None,
+            archived_after=parse_time(form_value(form, "after")),
+            archived_before=parse_time(form_value(form, "before")),
         )
-        assert row is not None
-        return f"requeued {row['requeued']}, {row['dropped']} left archived (channel full)"
+        return f"requeued {result.requeued}, {result.dropped} left archived (channel full)"
 
     async def archive_prune(self, form: FormData) -> str:
-        days = form_value(form, "older_than_days") or ""
-        try:
-            older_than = timedelta(days=float(days))
-        except ValueError:
-            raise ValueError("older than: a number of days") from None
-        removed = await self.db.value(
-            "SELECT lonnymq.archive_prune(older_than => %s, queue => %s, outcome => %s)",
-            (older_than, form_value(form, "queue") or None, form_value(form, "outcome") or None),
+        days = parse_days(form_value(form, "older_than_days") or "")
+        queue_name = form_value(form, "queue") or None
+        removed = await (await self.queue(queue_name or ANY_QUEUE)).archive_prune(
+            timedelta(days=days),
+            all_queues=queue_name is None,
+            outcome=form_value(form, "outcome") or None,
         )
         return f"pruned {removed} archived messages"
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+class BadInput(ValueError):
+    """A query parameter out of bounds: the page answers 400."""
+
+
+def primary_message(exc: BaseException) -> str:
+    """An error's first line: psycopg's primary message, without DETAIL, HINT or the
+    CONTEXT lines of PL/pgSQL (which show internal statements)."""
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return exc.diag.message_primary
+    return str(exc).strip().split("\n", 1)[0]
+
+
+def path_for(request: Request, name: str, /, **params: Any) -> str:
+    """A route's path on this site (with the mount's root path): links and redirects are
+    never absolute URLs built from the Host header."""
+    return str(request.url_for(name, **params).path)
+
+
+@jinja2.pass_context
+def template_path_for(context: Any, name: str, /, **params: Any) -> str:
+    """``url_for`` of the templates: ``path_for``."""
+    return path_for(context["request"], name, **params)
+
+
+def name_param(request: Request, key: str) -> str | None:
+    """A queue or channel name from the query: 400 past the length SQL accepts."""
+    value = request.query_params.get(key) or None
+    if value is not None and len(value) > MAX_NAME_CHARS:
+        raise BadInput(f"{key}: at most {MAX_NAME_CHARS} characters")
+    return value
+
+
+def path_id(request: Request) -> int | None:
+    """A message or archive id of the path; None (not found) unless a bigint."""
+    text = request.path_params["id"]
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        return None
+    value = int(text)
+    return value if 1 <= value <= INT8_MAX else None
+
+
+def shown_as(request: Request) -> str | None:
+    show = request.query_params.get("show")
+    return show if show in ("json", "text", "hex") else None
 
 
 def here(request: Request) -> str:
@@ -526,14 +590,19 @@ def required(form: FormData, key: str) -> str:
     return value
 
 
-def optional_int(form: FormData, key: str) -> int | None:
+def optional_int(form: FormData, key: str, high: int = INT8_MAX) -> int | None:
+    """A whole number of the form, at most ``high`` in magnitude (the SQL type's range):
+    range checks below that are the SQL function's."""
     value = form_value(form, key)
     if not value:
         return None
     try:
-        return int(value)
+        number = int(value) if len(value) <= 20 else None
     except ValueError:
-        raise ValueError(f"{key} must be a whole number") from None
+        number = None
+    if number is None or abs(number) > high:
+        raise ValueError(f"{key} must be a whole number up to {high}")
+    return number
 
 
 def required_int(form: FormData, key: str) -> int:
@@ -541,6 +610,18 @@ def required_int(form: FormData, key: str) -> int:
     if value is None:
         raise ValueError(f"{key} is required")
     return value
+
+
+def parse_days(text: str) -> float:
+    """archive_prune's age from the form: a finite number of days (negative ones are for
+    the SQL function to refuse)."""
+    try:
+        days = float(text) if len(text) <= 32 else math.nan
+    except ValueError:
+        days = math.nan
+    if not math.isfinite(days) or abs(days) > MAX_AGE_DAYS:
+        raise ValueError(f"older than: a number of days up to {MAX_AGE_DAYS}")
+    return days
 
 
 def bounded_int(text: str | None, default: int | None, low: int, high: int) -> int | None:
@@ -562,21 +643,29 @@ def parse_time(text: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def render_bytes(data: bytes | None, show: str | None) -> str | None:
-    """Content or state as asked: JSON (pretty), text, or hex; None when not asked."""
-    if data is None or show not in ("json", "text", "hex"):
+def render_bytes(data: bytes | None, size: int | None, show: str | None) -> str | None:
+    """Content or state as asked: JSON (pretty), text, or hex; None when not asked or
+    NULL. ``data`` is read cut (Database.message), ``size`` is its full length; whatever
+    the form, the page shows at most MAX_SHOWN_BYTES of it."""
+    if data is None or show is None:
         return None
     shown = bytes(data[:MAX_SHOWN_BYTES])
-    cut = "\n... (cut at 64 KiB)" if len(data) > MAX_SHOWN_BYTES else ""
+    cut = "\n... (cut at 64 KiB)" if (size or len(data)) > MAX_SHOWN_BYTES else ""
     if show == "hex":
         lines = (shown[i : i + 16].hex(" ") for i in range(0, len(shown), 16))
         return "\n".join(lines) + cut
     text = shown.decode("utf-8", errors="replace")
     if show == "json":
+        if cut:
+            return "(over 64 KiB: not parsed; the start as text:)\n" + text + cut
         try:
-            return json.dumps(json.loads(bytes(data)), indent=2, ensure_ascii=False)
-        except ValueError:
-            return "(not valid JSON; as text:)\n" + text + cut
+            pretty = json.dumps(json.loads(shown), indent=2, ensure_ascii=False)
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
+            return "(not valid JSON; as text:)\n" + text
+        # Indenting can multiply the size: the cut applies to what is shown.
+        if len(pretty) > MAX_SHOWN_BYTES:
+            return pretty[:MAX_SHOWN_BYTES] + "\n... (cut at 64 KiB)"
+        return pretty
     return text + cut
 
 

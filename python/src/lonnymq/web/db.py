@@ -22,12 +22,27 @@ from psycopg_pool import AsyncConnectionPool
 
 Row = dict[str, Any]
 
+# The Schedules page reads at most this many periodic messages (periodic_summary's most).
+PERIODIC_READ = 10_000
 # Per-channel counts on the channels page stop here (a page shows up to 100 channels).
 CHANNEL_COUNT_LIMIT = 1000
+# The longest queue or channel name the SQL API accepts.
+MAX_NAME_CHARS = 256
+# An archived message's error is shown up to here (the page says it is cut).
+MAX_ERROR_SHOWN = 64 * 1024
+# A periodic message's recorded interval and error, as a Worker writes them at most.
+MAX_INTERVAL_MS = 10_000 * 366 * 86_400_000
+MAX_ERROR_CHARS = 500
 
+# A message's columns but its content and state, which are read only when asked for.
+MESSAGE_COLUMNS = (
+    "id, queue, channel, num_attempts, dequeue_at, locked_until, created_at, priority, dedup_key"
+)
+
+# An error text is free (message_fail takes any): the list reads its start only.
 ARCHIVE_COLUMNS = (
-    "id, message_id, queue, channel, num_attempts, outcome, error, created_at, archived_at, "
-    "octet_length(content) AS content_bytes"
+    "id, message_id, queue, channel, num_attempts, outcome, left(error, 200) AS error,"
+    " created_at, archived_at, octet_length(content) AS content_bytes"
 )
 
 
@@ -63,13 +78,27 @@ class Database:
             self.pool = conninfo_or_pool
             self._owns_pool = False
             self._opened = True
-        self.conninfo = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+        # For the app's own connections (LISTEN, waiting, throughput): from the pool's.
+        conninfo = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+        self.conninfo = conninfo or getattr(conninfo_or_pool, "conninfo", None)
 
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         if self.read_only:
             await conn.execute("SET default_transaction_read_only = on")
         if self.role:
             await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.role)))
+
+    async def connect(self) -> AsyncConnection[Any]:
+        """A connection of its own (autocommit), set up like the pool's: read-only when
+        the dashboard is, and ``SET ROLE`` to ``role``: every connection the app opens."""
+        assert self.conninfo is not None
+        conn = await AsyncConnection.connect(self.conninfo, autocommit=True)
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def open(self) -> None:
         async with self._lock:
@@ -134,12 +163,21 @@ class Database:
             (queue, channel, state, limit),
         )
 
-    async def message(self, message_id: int) -> Row | None:
-        return await self.row("SELECT * FROM lonnymq.messages WHERE id = %s", (message_id,))
+    async def message(
+        self, message_id: int, max_bytes: int = 0, show: str | None = None
+    ) -> Row | None:
+        """A live message; with ``show``, its content and state too, cut at ``max_bytes``
+        (plus their full sizes); without, neither is read."""
+        return await self.row(
+            sql.SQL("SELECT {} FROM lonnymq.messages WHERE id = %s").format(
+                _with_bytes(MESSAGE_COLUMNS, max_bytes, show)
+            ),
+            (message_id,),
+        )
 
     async def message_by_dedup_key(self, queue: str, dedup_key: str) -> Row | None:
         return await self.row(
-            "SELECT * FROM lonnymq.messages WHERE queue = %s AND dedup_key = %s",
+            "SELECT id FROM lonnymq.messages WHERE queue = %s AND dedup_key = %s",
             (queue, dedup_key),
         )
 
@@ -170,22 +208,41 @@ class Database:
         ).format(sql.SQL(" AND ").join(conditions))
         return await self.rows(query, [*params, limit])
 
-    async def archived(self, archive_id: int) -> Row | None:
+    async def archived(
+        self, archive_id: int, max_bytes: int = 0, show: str | None = None
+    ) -> Row | None:
+        """An archived message, its content and state as ``message`` reads them."""
+        columns = (
+            "id, message_id, queue, channel, num_attempts, outcome, created_at, archived_at,"
+            f" left(error, {MAX_ERROR_SHOWN}) AS error, length(error) AS error_chars"
+        )
         return await self.row(
-            "SELECT *, octet_length(content) AS content_bytes FROM lonnymq.message_archive"
-            " WHERE id = %s",
+            sql.SQL("SELECT {} FROM lonnymq.message_archive WHERE id = %s").format(
+                _with_bytes(columns, max_bytes, show)
+            ),
             (archive_id,),
         )
 
-    async def periodic(self, max_rows: int) -> list[Row]:
+    async def periodic(self, max_rows: int) -> tuple[list[Row], int]:
         """The Worker's periodic messages of every queue, each with the state its last run
-        recorded (interval, time, error) decoded; through an index of their channels only."""
+        recorded (interval, time, error) decoded; through an index of their channels only.
+
+        At most ``max_rows``, and how many there were (up to PERIODIC_READ). Anyone who can
+        create a message can make up such a channel, and periodic_summary's own limit
+        follows queue and channel names, which the maker chooses: so it reads up to
+        PERIODIC_READ, and the cap applies to what is shown, a Worker's first: a live
+        message whose state is a Worker's record, or none yet."""
         rows = await self.rows(
-            "SELECT * FROM lonnymq.periodic_summary(max_rows => %s)", (max_rows,)
+            "SELECT * FROM lonnymq.periodic_summary(max_rows => %s)", (PERIODIC_READ,)
         )
+        workers: list[Row] = []
+        others: list[Row] = []
         for row in rows:
-            row["run"] = periodic_state(row.pop("state"))
-        return rows
+            state = row.pop("state")
+            row["run"] = periodic_state(state)
+            recorded = state is None or row["run"].get("interval_ms") is not None
+            (workers if row["message_id"] is not None and recorded else others).append(row)
+        return (workers + others)[:max_rows], len(rows)
 
     async def cron_jobs(self) -> list[Row] | None:
         """lonnymq's pg_cron jobs; None when pg_cron is not installed (or not readable)."""
@@ -203,17 +260,40 @@ class Database:
             return None
 
 
+def _with_bytes(columns: str, max_bytes: int, show: str | None) -> sql.Composable:
+    """The columns, plus content and state cut at ``max_bytes`` + 1 (one byte more says
+    it was cut) and their sizes when shown."""
+    if show is None:
+        return sql.SQL(columns)
+    cut = sql.Literal(max_bytes + 1)
+    return sql.SQL(
+        columns + ", substring(content FROM 1 FOR {cut}) AS content,"
+        " octet_length(content) AS content_bytes, substring(state FROM 1 FOR {cut}) AS state,"
+        " octet_length(state) AS state_bytes"
+    ).format(cut=cut)
+
+
 def periodic_state(state: bytes | None) -> dict[str, Any]:
-    """What a Worker recorded after a periodic run (``_periodic.run_state``); empty before
-    the first run, or when written by something else."""
+    """What a Worker recorded after a periodic run (``_periodic.run_state``): its interval,
+    when it ran and how that ended, each None unless of the type a Worker writes (any
+    producer can write any state on such a channel), all None before the first run."""
     try:
-        data = json.loads(bytes(state)) if state is not None else {}
-    except ValueError:
-        return {}
+        data = json.loads(bytes(state)) if state is not None else None
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
+        data = None
     if not isinstance(data, dict):
-        return {}
+        data = {}
+    interval = data.get("interval_ms")
+    error = data.get("error")
     try:
-        data["ran_at"] = datetime.fromisoformat(data["ran_at"])
+        ran_at = datetime.fromisoformat(data["ran_at"])
     except (KeyError, TypeError, ValueError):
-        data["ran_at"] = None
-    return data
+        ran_at = None
+    return {
+        # bool is an int to Python, not to a Worker.
+        "interval_ms": interval
+        if type(interval) is int and 0 < interval <= MAX_INTERVAL_MS
+        else None,
+        "ran_at": ran_at if ran_at is not None and ran_at.tzinfo is not None else None,
+        "error": error[:MAX_ERROR_CHARS] if isinstance(error, str) else None,
+    }

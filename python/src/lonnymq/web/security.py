@@ -1,6 +1,8 @@
-"""Safe defaults of the dashboard: basic auth on every request when configured, and a
-same-origin check on every action (a POST must come from a page of this dashboard, so
-another site cannot make an operator's browser pause or requeue anything)."""
+"""Safe defaults of the dashboard: only the hosts it was started for (a page of another
+name that resolves to this address, DNS rebinding, gets 400), framing and caching headers,
+basic auth on every request when configured, and a same-origin check on every action (a
+POST must come from a page of this dashboard, so another site cannot make an operator's
+browser pause or requeue anything)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ import binascii
 import secrets
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Names a dashboard answers to when none are given: the loopback ones, on any port.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 class BasicAuth:
@@ -58,3 +64,71 @@ def same_origin(request: Request) -> bool:
     parts = urlsplit(claimed)
     host = request.headers.get("host")
     return bool(host) and parts.scheme == request.url.scheme and parts.netloc == host
+
+
+def host_entry(host: str, port: int | None = None) -> str:
+    """An allowed-host entry for a name or address: ``[::1]:8080``, ``db.example``."""
+    host = host.strip().lower()
+    if host.count(":") > 1 and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address, as a Host header writes it
+    return host if port is None else f"{host}:{port}"
+
+
+class HostGuard:
+    """ASGI middleware: 400 unless the request's ``Host`` is one of ``allowed``, before any
+    other middleware or handler runs. An entry with a port matches that port only; one
+    without matches the name on any port. The browser sends the name it was pointed at, so
+    a page of another name (one that resolves to this address) is refused even when its
+    ``Origin`` matches its ``Host``. Every answer also forbids framing, and every answer
+    but the static files forbids caching (pages show message content and refresh anyway)."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self._exact = {host_entry(h) for h in allowed if not _bare(h)}
+        self._any_port = {host_entry(h) for h in allowed if _bare(h)}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        if not self.allows(Headers(scope=scope).get("host", "")):
+            response = PlainTextResponse("unknown host", status_code=400)
+            await response(scope, receive, _with_headers(send, scope))
+            return
+        await self.app(scope, receive, _with_headers(send, scope))
+
+    def allows(self, host: str) -> bool:
+        host = host.strip().lower()
+        if host in self._exact:
+            return True
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        return name in self._any_port
+
+
+def _bare(entry: str) -> bool:
+    """Whether an allowed-host entry names no port (``name``, ``[::1]``, ``::1``)."""
+    entry = entry.strip()
+    if entry.startswith("["):
+        return entry.endswith("]")
+    return entry.count(":") != 1
+
+
+def _with_headers(send: Send, scope: Scope) -> Send:
+    """``send`` that adds the framing and caching headers to the response's start."""
+    # Under a mount, path includes the mount's root_path.
+    static = scope.get("path", "").startswith(scope.get("root_path", "") + "/static/")
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            headers += [
+                (b"content-security-policy", b"frame-ancestors 'none'"),
+                (b"x-frame-options", b"DENY"),
+            ]
+            if not static:
+                headers = [(k, v) for k, v in headers if k.lower() != b"cache-control"]
+                headers.append((b"cache-control", b"no-store"))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending

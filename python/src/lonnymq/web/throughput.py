@@ -10,7 +10,9 @@ CHART_S does the app listen (one connection, no announcement, producers unaffect
 
 Reports cover work settled by lonnymq's Worker and AsyncWorker; a consumer of its own (SQL,
 ``Queue.dequeue`` by hand) shows in the all-queues chart only. Any role may NOTIFY: the
-chart is for reading trends, not for accounting.
+chart is for reading trends, not for accounting, and a forged report can cost little: its
+numbers are clamped, only the queues the overview lists are charted, and the workers and
+the queues tracked are capped (a queue it listed is always tracked).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 import psycopg
 
+from .db import Database
+
 log = logging.getLogger("lonnymq.web")
 
 BUCKET_S = 10.0
@@ -32,24 +36,36 @@ RECONNECT_DELAY_S = 2.0
 # How often the listening loop looks at whether the overview is still being opened.
 CHECK_S = 1.0
 KINDS = ("completed", "failed")
+# A worker's totals are clamped here (a float holds them exactly; far beyond any real count).
+MAX_TOTAL = 2**53
+# At most this many workers, and queues the overview did not list (a queue newer than its
+# last read, or a made-up name), are tracked: more are ignored until the old ones are
+# forgotten (CHART_S after their last report).
+MAX_WORKERS = 10_000
+MAX_QUEUES = 1_000
+MAX_NAME_CHARS = 256
 
 
 class Throughput:
-    def __init__(self, conninfo: str | None) -> None:
-        self._conninfo = conninfo
+    def __init__(self, db: Database | None) -> None:
+        self._db = db if db is not None and db.conninfo is not None else None
         self._until = 0.0  # listen until then (monotonic)
         self._task: asyncio.Task[None] | None = None
         self._since = time.time()  # reports of workers started before are a baseline only
         self._workers: dict[str, tuple[float, dict[str, int]]] = {}  # id -> (heard, totals)
         self._buckets: dict[str, dict[int, list[int]]] = {}  # queue -> bucket -> per kind
+        # The queues the overview listed last: the only ones charted.
+        self.queues: frozenset[str] = frozenset()
+        self._forgot = 0  # the bucket old reports were last forgotten in
 
     @property
     def available(self) -> bool:
-        return self._conninfo is not None
+        return self._db is not None
 
-    def touch(self) -> None:
-        """The overview was opened: listen for the next CHART_S."""
-        if self._conninfo is None:
+    def touch(self, queues: list[str]) -> None:
+        """The overview was opened, listing ``queues``: listen for the next CHART_S."""
+        self.queues = frozenset(queues)
+        if self._db is None:
             return
         self._until = time.monotonic() + CHART_S
         if self._task is None or self._task.done():
@@ -64,12 +80,10 @@ class Throughput:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _listen(self) -> None:
-        assert self._conninfo is not None
+        assert self._db is not None
         while time.monotonic() < self._until:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
-                ) as conn:
+                async with await self._db.connect() as conn:
                     await conn.execute("LISTEN lonnymq_stats")
                     while time.monotonic() < self._until:
                         async for notify in conn.notifies(timeout=CHECK_S):
@@ -84,7 +98,13 @@ class Throughput:
         if report is None:
             return
         queue, worker, since, totals = report
+        known = queue in self.queues or queue in self._buckets
+        if not known and len(self._buckets) >= MAX_QUEUES:
+            return  # made-up names cannot grow it without bound
         heard = self._workers.get(worker)
+        if heard is None and len(self._workers) >= MAX_WORKERS:
+            self._forget(now)
+            return
         if heard is not None:
             before = heard[1]
         elif since >= self._since:
@@ -97,10 +117,15 @@ class Throughput:
                 int(now // BUCKET_S), [0] * len(KINDS)
             )
             for i, kind in enumerate(KINDS):
-                bucket[i] += max(totals[kind] - before[kind], 0)
+                bucket[i] = min(bucket[i] + max(totals[kind] - before[kind], 0), MAX_TOTAL)
         self._forget(now)
 
     def _forget(self, now: float) -> None:
+        """Drops buckets and workers older than CHART_S: once per bucket, not per report
+        (a burst of reports must not walk every queue and worker each time)."""
+        if int(now // BUCKET_S) == self._forgot:
+            return
+        self._forgot = int(now // BUCKET_S)
         oldest = int((now - CHART_S) // BUCKET_S)
         for queue in list(self._buckets):
             kept = {b: v for b, v in self._buckets[queue].items() if b >= oldest}
@@ -118,6 +143,8 @@ class Throughput:
         first = current - count
         charts: dict[str, Any] = {}
         for queue, buckets in self._buckets.items():
+            if queue not in self.queues:
+                continue
             rates = [
                 [v / BUCKET_S for v in buckets.get(b, [0] * len(KINDS))]
                 for b in range(first, current)
@@ -147,13 +174,16 @@ class Throughput:
 
 
 def parse(payload: str) -> tuple[str, str, float, dict[str, int]] | None:
-    """A report's queue, worker id, start time and totals; None when malformed."""
+    """A report's queue, worker id, start time and totals (clamped to 0..MAX_TOTAL); None
+    when malformed."""
     try:
         data = json.loads(payload)
         queue, worker, since = data["queue"], data["worker"], float(data["since"])
-        totals = {kind: int(data[kind]) for kind in KINDS}
-    except (ValueError, TypeError, KeyError, AttributeError):
+        totals = {kind: min(max(int(data[kind]), 0), MAX_TOTAL) for kind in KINDS}
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None
     if not (isinstance(queue, str) and isinstance(worker, str) and math.isfinite(since)):
+        return None
+    if len(queue) > MAX_NAME_CHARS or len(worker) > MAX_NAME_CHARS:
         return None
     return queue, worker, since, totals
