@@ -65,6 +65,45 @@ CREATE TABLE lonnymq.channel (
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
 COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling state.';
 
+-- Model B: the scheduler row of a channel, narrow (only what dequeue reads
+-- and writes per message), one per channel, created with it and deleted with
+-- it. (head_ms, head_id) is a lower bound of the channel's earliest unlocked
+-- message, in (dequeue_ms, id) order; NULL means the channel has none. A
+-- producer lowers it (under the channel pin); a dequeuer raises it only while
+-- it holds the channel row FOR UPDATE, i.e. no producer or settler is in
+-- flight on the channel, and reads the new head in a later statement.
+CREATE TABLE lonnymq.channel_turn (
+    channel_id bigint PRIMARY KEY REFERENCES lonnymq.channel (id) ON DELETE CASCADE,
+    queue_id integer NOT NULL,
+    head_ms bigint,
+    head_id bigint,
+    last_turn_ms bigint NOT NULL,
+    turn_seq bigint NOT NULL DEFAULT 0,
+    -- greatest(head_ms, last_turn_ms + release_interval_ms); NULL when the
+    -- channel has no head, is saturated or paused: out of the index below.
+    ready_ms bigint,
+    -- messages in flight, kept only when max_concurrency is set.
+    locked_count integer NOT NULL DEFAULT 0,
+    max_concurrency integer,
+    release_interval_ms bigint NOT NULL DEFAULT 0,
+    paused boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 50);
+COMMENT ON TABLE lonnymq.channel_turn IS 'Scheduler rows: a channel''s head and fairness key.';
+CREATE INDEX channel_turn_ready_idx ON lonnymq.channel_turn (queue_id, ready_ms, turn_seq)
+    WHERE ready_ms IS NOT NULL;
+
+CREATE OR REPLACE FUNCTION lonnymq._channel_turn_insert() RETURNS trigger
+LANGUAGE plpgsql
+AS $f$
+BEGIN
+    INSERT INTO lonnymq.channel_turn (channel_id, queue_id, last_turn_ms)
+    VALUES (NEW.id, NEW.queue_id, NEW.last_turn_ms);
+    RETURN NULL;
+END
+$f$;
+CREATE TRIGGER channel_turn_insert AFTER INSERT ON lonnymq.channel
+    FOR EACH ROW EXECUTE FUNCTION lonnymq._channel_turn_insert();
+
 -- The fair scheduler: the channel that has waited longest is the first entry.
 -- A paused channel keeps its ready_ms (resuming needs no recomputation) but
 -- leaves the index, so pausing costs dequeue nothing.
@@ -186,6 +225,7 @@ SELECT pg_catalog.pg_extension_config_dump('lonnymq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.message', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_hint', '');
+SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_turn', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.channel_admission', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.batch', '');
 SELECT pg_catalog.pg_extension_config_dump('lonnymq.message_archive', '');

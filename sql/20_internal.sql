@@ -151,6 +151,36 @@ $$;
 COMMENT ON FUNCTION lonnymq._ready_ms(bigint, bigint, bigint, integer, integer, bigint)
     IS 'Scheduling key of a channel: when it may next be served, NULL if it cannot.';
 
+-- Model B: the key of a channel_turn row (_ready_ms, and NULL while paused).
+CREATE OR REPLACE FUNCTION lonnymq._turn_ready_ms(
+    p_head_ms bigint, p_last_turn_ms bigint, p_release_interval_ms bigint,
+    p_locked_count integer, p_max_concurrency integer, p_turn_seq bigint, p_paused boolean
+) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN p_paused THEN NULL
+                ELSE lonnymq._ready_ms(p_head_ms, p_last_turn_ms, p_release_interval_ms,
+                                       p_locked_count, p_max_concurrency, p_turn_seq) END
+$$;
+
+-- Model B: lowers a channel's head to a message that just became unlocked
+-- (created or deferred). The caller pinned the channel in an earlier
+-- statement, so this statement's snapshot shows every raise committed before
+-- the pin, and no raise can start until commit. Outside READ COMMITTED the
+-- row is always written, so a raise since the snapshot is a serialization
+-- failure instead of a stranded message.
+CREATE OR REPLACE FUNCTION lonnymq._lower_head(p_channel_id bigint, p_dequeue_ms bigint, p_id bigint) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    UPDATE lonnymq.channel_turn t
+    SET head_ms = CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (p_dequeue_ms, p_id)) THEN p_dequeue_ms ELSE t.head_ms END,
+        head_id = CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (p_dequeue_ms, p_id)) THEN p_id ELSE t.head_id END,
+        ready_ms = lonnymq._turn_ready_ms(CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (p_dequeue_ms, p_id)) THEN p_dequeue_ms ELSE t.head_ms END, t.last_turn_ms,
+                                          t.release_interval_ms, t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
+    WHERE t.channel_id = p_channel_id
+      AND (NOT lonnymq._read_committed() OR (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (p_dequeue_ms, p_id)))
+$$;
+
 -- NOTIFY with a small JSON payload. Identical payloads in one transaction are
 -- delivered once by PostgreSQL, which is what coalesces batches.
 CREATE OR REPLACE FUNCTION lonnymq._notify(p_listen_channel text, p_queue text, p_event text) RETURNS void
@@ -612,19 +642,15 @@ BEGIN
     END IF;
     DELETE FROM lonnymq.message m WHERE m.id = p_message.id;
     IF v_accounted THEN
-        UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count - 1,
-            removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer,
-            ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, c.release_interval_ms,
-                                         c.locked_count - 1, c.max_concurrency, c.turn_seq)
-        WHERE c.id = v_channel.id;
-        -- A saturated channel with waiting work just got a free slot: that
-        -- work is ready now, and idle workers should hear of it.
-        IF v_channel.head_ms IS NOT NULL AND v_channel.max_concurrency IS NOT NULL
-           AND v_channel.locked_count >= v_channel.max_concurrency THEN
-            PERFORM lonnymq._notify_waiters(q.name, 'released')
-            FROM lonnymq.queue q WHERE q.id = p_message.queue_id;
+        IF v_channel.max_size IS NOT NULL THEN
+            UPDATE lonnymq.channel c SET removed_count = c.removed_count + 1 WHERE c.id = v_channel.id;
         END IF;
+        -- Model B: the slot is given back on the scheduler row.
+        UPDATE lonnymq.channel_turn t
+        SET locked_count = t.locked_count - 1,
+            ready_ms = lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms,
+                                              t.locked_count - 1, t.max_concurrency, t.turn_seq, t.paused)
+        WHERE t.channel_id = v_channel.id AND t.max_concurrency IS NOT NULL;
     END IF;
 END
 $$;

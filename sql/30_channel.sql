@@ -93,18 +93,20 @@ BEGIN
     WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
     FOR UPDATE;
 
-    -- No producer, dequeuer or settler of this channel is in flight now, so
-    -- counts taken here are exact.
-    IF lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size)
-       AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
-        -- Accounting starts: count the messages already in flight.
-        UPDATE lonnymq.channel c
-        SET locked_count = (SELECT pg_catalog.count(*) FROM lonnymq.message m
-                            WHERE m.channel_id = c.id AND m.locked_until_ms IS NOT NULL)
-        WHERE c.id = v_channel.id;
-    ELSIF NOT lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size) THEN
-        UPDATE lonnymq.channel c SET locked_count = 0 WHERE c.id = v_channel.id;
-    END IF;
+    -- Model B: dequeuers hold the scheduler row while they claim; waiting
+    -- for it too makes the count below exact.
+    PERFORM 1 FROM lonnymq.channel_turn t WHERE t.channel_id = v_channel.id FOR UPDATE;
+    UPDATE lonnymq.channel_turn t
+    SET max_concurrency = channel_set.max_concurrency,
+        release_interval_ms = channel_set.release_interval_ms,
+        locked_count = CASE WHEN channel_set.max_concurrency IS NULL THEN 0
+                            ELSE (SELECT pg_catalog.count(*) FROM lonnymq.message m
+                                  WHERE m.channel_id = t.channel_id AND m.locked_until_ms IS NOT NULL) END
+    WHERE t.channel_id = v_channel.id;
+    UPDATE lonnymq.channel_turn t
+    SET ready_ms = lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms, t.locked_count,
+                                          t.max_concurrency, t.turn_seq, t.paused)
+    WHERE t.channel_id = v_channel.id;
 
     IF channel_set.max_size IS NOT NULL THEN
         -- (Re)start the admission count from the exact number of live messages.

@@ -110,8 +110,7 @@ BEGIN
             UPDATE lonnymq.channel_admission a SET admitted = a.admitted + 1
             WHERE a.channel_id = v_channel.id;
         END IF;
-        INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-        VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
+        PERFORM lonnymq._lower_head(v_channel.id, v_dequeue_ms, id);
     END IF;
     IF p_event IS NOT NULL THEN
         PERFORM lonnymq._notify_waiters(p_queue, p_event);
@@ -150,10 +149,7 @@ DECLARE
     v_dequeue_ms bigint;
     v_queue_id integer;
     v_channel_id bigint;
-    v_head_ms bigint;
     v_max_size bigint;
-    v_lock_key integer;
-    v_head_held boolean;
     v_notified boolean;
 BEGIN
     -- One expression decides that the arguments are valid; only when they are
@@ -189,20 +185,16 @@ BEGIN
     -- as it is now, and neither its capacity nor its existence can change
     -- until this commits. A channel deleted or capped meanwhile goes the long
     -- way below.
-    SELECT q.id, c.id, c.head_ms, c.max_size, c.lock_key
-    INTO v_queue_id, v_channel_id, v_head_ms, v_max_size, v_lock_key
+    SELECT q.id, c.id, c.max_size
+    INTO v_queue_id, v_channel_id, v_max_size
     FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.head_ms, c.max_size, c.lock_key FROM lonnymq.channel c
+    LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
                        WHERE c.queue_id = q.id AND c.name = message_create.channel
                        LIMIT 1 FOR KEY SHARE) c ON true
     WHERE q.name = message_create.queue;
-    IF v_channel_id IS NOT NULL THEN
-        v_head_held := lonnymq._hold_head_lock(v_lock_key);
-        IF NOT lonnymq._read_committed() THEN
-            -- Outside READ COMMITTED the pin must also refuse a stale row.
-            SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
-            FROM lonnymq._pin_channel(v_channel_id) c;
-        END IF;
+    -- Outside READ COMMITTED the long way (_create_one) pins and writes the head.
+    IF NOT lonnymq._read_committed() THEN
+        v_queue_id := NULL;
     END IF;
     IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
         WITH created AS (
@@ -214,14 +206,18 @@ BEGIN
                    message_create.priority, message_create.dedup_key
             WHERE v_max_size IS NULL
             ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-            RETURNING m.id, m.channel_id
-        ), hinted AS (
-            -- A hint only when the message is earlier than the channel's
-            -- head, a lower bound that cannot rise while this producer holds
-            -- the head lock (see _channel_raise_head): in a backlog, none.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k
-            WHERE k.channel_id IS NOT NULL AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
+            RETURNING m.id, m.channel_id, m.dequeue_ms
+        ), headed AS (
+            -- Model B: the channel's head moves down to this message when it
+            -- is earlier (an empty channel: always). The pin above came first,
+            -- so no dequeuer can raise the head past this message until commit.
+            UPDATE lonnymq.channel_turn t
+            SET head_ms = k.dequeue_ms, head_id = k.id,
+                ready_ms = lonnymq._turn_ready_ms(k.dequeue_ms, t.last_turn_ms, t.release_interval_ms,
+                                                  t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
+            FROM created k
+            WHERE t.channel_id = k.channel_id
+              AND (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id))
         )
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN

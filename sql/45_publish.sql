@@ -76,17 +76,18 @@ BEGIN
                                WHERE c.queue_id = p_queue_id AND c.name = u.channel LIMIT 1) c ON true
             ORDER BY u.ord
             RETURNING m.id, m.channel_id, m.dequeue_ms
-        ), hinted AS (
-            -- One hint per channel, at its earliest new message, covers
-            -- them all; none where that is not earlier than a held head.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT p_queue_id, k.channel_id, k.first_ms
-            FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+        ), headed AS (
+            -- Model B: each channel's head moves down to its earliest new
+            -- message when that is earlier (its pin was taken before).
+            UPDATE lonnymq.channel_turn t
+            SET head_ms = k.dequeue_ms, head_id = k.id,
+                ready_ms = lonnymq._turn_ready_ms(k.dequeue_ms, t.last_turn_ms, t.release_interval_ms,
+                                                  t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
+            FROM (SELECT DISTINCT ON (k.channel_id) k.channel_id, k.dequeue_ms, k.id
                   FROM created k WHERE k.channel_id IS NOT NULL
-                  GROUP BY k.channel_id) k
-            -- (By key, see message_dequeue's final read.)
-            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
-            WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+                  ORDER BY k.channel_id, k.dequeue_ms, k.id) k
+            WHERE t.channel_id = k.channel_id
+              AND (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id))
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
         statuses := pg_catalog.array_fill('created'::text, ARRAY[pg_catalog.cardinality(ids)]);
@@ -153,15 +154,18 @@ BEGIN
             ORDER BY d.ord
             ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id, m.dequeue_ms, m.dedup_key
-        ), hinted AS (
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT $5, k.channel_id, k.first_ms
-            FROM (SELECT k.channel_id, pg_catalog.min(k.dequeue_ms) AS first_ms
+        ), headed AS (
+            -- Model B: each channel's head moves down to its earliest new
+            -- message when that is earlier (its pin was taken before).
+            UPDATE lonnymq.channel_turn t
+            SET head_ms = k.dequeue_ms, head_id = k.id,
+                ready_ms = lonnymq._turn_ready_ms(k.dequeue_ms, t.last_turn_ms, t.release_interval_ms,
+                                                  t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
+            FROM (SELECT DISTINCT ON (k.channel_id) k.channel_id, k.dequeue_ms, k.id
                   FROM created k WHERE k.channel_id IS NOT NULL
-                  GROUP BY k.channel_id) k
-            -- (By key, see message_dequeue's final read.)
-            CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
-            WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+                  ORDER BY k.channel_id, k.dequeue_ms, k.id) k
+            WHERE t.channel_id = k.channel_id
+              AND (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id))
         ), admitted AS (
             UPDATE lonnymq.channel_admission a SET admitted = a.admitted + k.n
             FROM (SELECT k.channel_id, pg_catalog.count(*) AS n FROM created k
@@ -330,8 +334,7 @@ BEGIN
            coalesce(pg_catalog.bool_or(x.capped), false)
     INTO v_head_held, v_capped
     FROM (SELECT n.at, c.id, c.max_size IS NOT NULL AS capped,
-                 CASE WHEN n.at <= lonnymq._head_lock_budget()
-                      THEN lonnymq._hold_head_lock(c.lock_key) ELSE false END AS held
+                 false AS held
           FROM pg_catalog.unnest(p_names) WITH ORDINALITY AS n(name, at)
           CROSS JOIN LATERAL (SELECT c.id, c.lock_key, c.max_size FROM lonnymq.channel c
                               WHERE c.queue_id = v_queue_id AND c.name = n.name LIMIT 1) c) x;

@@ -292,20 +292,14 @@ BEGIN
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
         v_channel := lonnymq._pin_channel((v_lock.p_message).channel_id);
-        IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
-            -- The slot must be returned under the row lock anyway, so move
-            -- the head here too: no hint needed.
-            UPDATE lonnymq.channel c
-            SET locked_count = c.locked_count - 1,
-                head_ms = least(c.head_ms, v_dequeue_ms),
-                ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
-                                             c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
-            WHERE c.id = v_channel.id;
-        ELSE
-            -- An unaccounted channel's row is not ours to hold: tell dequeue, like a producer.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            VALUES ((v_lock.p_message).queue_id, v_channel.id, v_dequeue_ms);
-        END IF;
+        -- Model B: the channel is pinned (above), so the head can move down
+        -- to this message safely; its slot is given back.
+        PERFORM lonnymq._lower_head(v_channel.id, v_dequeue_ms, message_defer.id);
+        UPDATE lonnymq.channel_turn t
+        SET locked_count = t.locked_count - 1,
+            ready_ms = lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms,
+                                              t.locked_count - 1, t.max_concurrency, t.turn_seq, t.paused)
+        WHERE t.channel_id = v_channel.id AND t.max_concurrency IS NOT NULL;
     END IF;
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
     PERFORM lonnymq._notify_waiters(v_queue, 'deferred');

@@ -26,6 +26,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'not_found';
     END IF;
+    UPDATE lonnymq.channel_turn t
+    SET paused = p_paused,
+        ready_ms = lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms, t.locked_count,
+                                          t.max_concurrency, t.turn_seq, p_paused)
+    WHERE t.channel_id = (SELECT c.id FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = p_channel);
     IF NOT p_paused THEN
         -- Idle workers sleep until told: its waiting work is ready again.
         PERFORM lonnymq._notify('lonnymq', p_queue, 'resumed');
