@@ -506,6 +506,23 @@ AS $$
                                        p_locked_count, p_max_concurrency, p_turn_seq) END
 $$;
 
+-- Model B: pins a channel's scheduler row until commit, as every producer
+-- and every defer does before its message becomes unlocked: a dequeuer raises
+-- a head only while it holds the row FOR UPDATE, which conflicts with this.
+-- Outside READ COMMITTED FOR NO KEY UPDATE, so that a row changed since the
+-- snapshot is a serialization failure.
+CREATE OR REPLACE FUNCTION lonnymq._pin_turn(p_channel_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel_turn t WHERE t.channel_id = p_channel_id FOR KEY SHARE;
+    ELSE
+        PERFORM 1 FROM lonnymq.channel_turn t WHERE t.channel_id = p_channel_id FOR NO KEY UPDATE;
+    END IF;
+END
+$$;
+
 -- Model B: lowers a channel's head to a message that just became unlocked
 -- (created or deferred). The caller pinned the channel in an earlier
 -- statement, so this statement's snapshot shows every raise committed before
@@ -1299,6 +1316,8 @@ BEGIN
     END IF;
     IF p_channel IS NOT NULL THEN
         v_channel := lonnymq._channel_for_create(p_queue_id, p_channel, p_sweep);
+        -- Model B: the scheduler row pinned until commit (see message_create).
+        PERFORM lonnymq._pin_turn(v_channel.id);
         IF v_channel.max_size IS NOT NULL THEN
             SELECT a.admitted INTO v_admitted FROM lonnymq.channel_admission a
             WHERE a.channel_id = v_channel.id FOR UPDATE;
@@ -1404,46 +1423,48 @@ BEGIN
         END IF;
     END IF;
 
-    -- The queue and the channel, pinned (see _pin_channel; in the same
-    -- statement, as a plain row lock, at READ COMMITTED): the row comes back
-    -- as it is now, and neither its capacity nor its existence can change
-    -- until this commits. A channel deleted or capped meanwhile goes the long
-    -- way below.
-    SELECT q.id, c.id, c.max_size
-    INTO v_queue_id, v_channel_id, v_max_size
-    FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
-                       WHERE c.queue_id = q.id AND c.name = message_create.channel
-                       LIMIT 1 FOR KEY SHARE) c ON true
-    WHERE q.name = message_create.queue;
-    -- Outside READ COMMITTED the long way (_create_one) pins and writes the head.
-    IF NOT lonnymq._read_committed() THEN
-        v_queue_id := NULL;
-    END IF;
-    IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
-        WITH created AS (
-            -- (A capped channel inserts nothing here: it only learns whether
-            -- a live duplicate answers, before the admission count.)
+    -- Model B, one statement at READ COMMITTED: the queue and the channel
+    -- looked up, the channel's scheduler row pinned (FOR KEY SHARE until
+    -- commit: no dequeuer can raise the head past this message meanwhile, and
+    -- no channel_set or delete can change the channel), the message inserted,
+    -- and the head moved down to it when it is earlier than the head the pin
+    -- returned. The pin returns the row as it is now (a raise that committed
+    -- while it waited included), which this statement's snapshot may not
+    -- show, so the decision uses the pinned values; the row is then updated
+    -- in its latest version (the CASEs), as a concurrent producer may have
+    -- moved it since. New queue or channel, capacity, duplicate: the long way.
+    IF lonnymq._read_committed() THEN
+        WITH pin AS (
+            SELECT q.id AS queue_id, t.channel_id, t.head_ms, t.head_id, c.max_size
+            FROM lonnymq.queue q
+            LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
+                               WHERE c.queue_id = q.id AND c.name = message_create.channel LIMIT 1) c ON true
+            LEFT JOIN LATERAL (SELECT t.channel_id, t.head_ms, t.head_id FROM lonnymq.channel_turn t
+                               WHERE t.channel_id = c.id LIMIT 1 FOR KEY SHARE) t ON true
+            WHERE q.name = message_create.queue
+        ), created AS (
             INSERT INTO lonnymq.message AS m
                 (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
-            SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
+            SELECT p.queue_id, p.channel_id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
-            WHERE v_max_size IS NULL
+            FROM pin p
+            WHERE p.max_size IS NULL AND (p.channel_id IS NOT NULL OR message_create.channel IS NULL)
             ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id, m.dequeue_ms
         ), headed AS (
-            -- Model B: the channel's head moves down to this message when it
-            -- is earlier (an empty channel: always). The pin above came first,
-            -- so no dequeuer can raise the head past this message until commit.
             UPDATE lonnymq.channel_turn t
-            SET head_ms = k.dequeue_ms, head_id = k.id,
-                ready_ms = lonnymq._turn_ready_ms(k.dequeue_ms, t.last_turn_ms, t.release_interval_ms,
+            SET head_ms = CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id)) THEN k.dequeue_ms ELSE t.head_ms END,
+                head_id = CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id)) THEN k.id ELSE t.head_id END,
+                ready_ms = lonnymq._turn_ready_ms(CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id)) THEN k.dequeue_ms ELSE t.head_ms END,
+                                                  t.last_turn_ms, t.release_interval_ms,
                                                   t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
-            FROM created k
+            FROM created k, pin p
             WHERE t.channel_id = k.channel_id
-              AND (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id))
+              AND (p.head_ms IS NULL OR (p.head_ms, p.head_id) > (k.dequeue_ms, k.id))
         )
-        SELECT k.id INTO message_create.id FROM created k;
+        SELECT p.queue_id, p.channel_id, (SELECT k.id FROM created k)
+        INTO v_queue_id, v_channel_id, message_create.id
+        FROM pin p;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
             -- (An expression, not PERFORM: no executor started, see _notify_waiters.)
@@ -1451,10 +1472,12 @@ BEGIN
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
-        id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
-        IF id IS NOT NULL THEN
-            status := 'deduplicated';
-            RETURN;
+        IF v_queue_id IS NOT NULL AND message_create.dedup_key IS NOT NULL THEN
+            id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
+            IF id IS NOT NULL THEN
+                status := 'deduplicated';
+                RETURN;
+            END IF;
         END IF;
     END IF;
     -- New queue or channel, or a capacity.
@@ -1910,6 +1933,12 @@ BEGIN
           CROSS JOIN LATERAL (SELECT c.id, c.lock_key, c.max_size FROM lonnymq.channel c
                               WHERE c.queue_id = v_queue_id AND c.name = n.name LIMIT 1) c) x;
 
+    -- Model B: the scheduler rows pinned, in id order (see _pin_turn).
+    PERFORM 1 FROM lonnymq.channel_turn t
+    WHERE t.channel_id = ANY (ARRAY(SELECT c.id FROM lonnymq.channel c
+                                    WHERE c.queue_id = v_queue_id AND c.name = ANY (p_names)))
+    ORDER BY t.channel_id
+    FOR KEY SHARE;
     SELECT r.statuses, r.ids INTO statuses, ids
     FROM lonnymq._create_set(v_queue_id, p_channels, p_contents, p_dequeue_ats, p_dedup_keys,
                              p_keyed, p_names, v_capped, v_head_held,
@@ -2015,6 +2044,8 @@ DECLARE
     v_first boolean := true;
     v_got integer;
     v_message lonnymq.message;
+    v_dead bigint[];
+    v_i integer;
     -- the deliveries so far, in order
     d_ids bigint[] := '{}';
     d_channels text[] := '{}';
@@ -2041,8 +2072,12 @@ BEGIN
         -- their last turn), and the fairest ready channels no one else
         -- holds, each with its channel row FOR UPDATE where free (raise).
         SELECT q.id AS queue_id, q.paused, q.channelless_turn_seq,
-               v_first AND EXISTS (SELECT 1 FROM lonnymq.message m
-                                   WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms) AS expired,
+               -- (Ordered, so that the plan walks message_locked_idx from
+               -- the earliest expiry and stops at the first: unordered, a
+               -- generic plan filtered every locked message.)
+               v_first AND (SELECT m.locked_until_ms FROM lonnymq.message m
+                            WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
+                            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
                (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) FROM lonnymq.message m
                 WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
                   AND m.dequeue_ms <= v_now_ms
@@ -2057,7 +2092,7 @@ BEGIN
                    pg_catalog.array_agg(t.raise ORDER BY t.ready_ms, t.turn_seq) AS raise,
                    pg_catalog.array_agg(t.ready_ms ORDER BY t.ready_ms, t.turn_seq) AS keys,
                    pg_catalog.array_agg(t.turn_seq ORDER BY t.ready_ms, t.turn_seq) AS seqs
-            FROM (SELECT t.*, (SELECT c.id FROM lonnymq.channel c WHERE c.id = t.channel_id
+            FROM (SELECT t.*, (SELECT r.channel_id FROM lonnymq.channel_turn r WHERE r.channel_id = t.channel_id
                                FOR UPDATE SKIP LOCKED) IS NOT NULL AS raise
                   FROM (SELECT t.channel_id, t.head_ms, t.head_id, t.ready_ms, t.turn_seq
                         FROM lonnymq.channel_turn t
@@ -2097,7 +2132,7 @@ BEGIN
         -- waited for: the queue row's turn is recorded only if it is free.
         IF v_round.channelless_ms IS NOT NULL
            AND (pg_catalog.cardinality(v_round.ids) = 0
-                OR (v_round.channelless_ms, v_round.channelless_turn_seq) < (v_round.keys[1], v_round.seqs[1])) THEN
+                OR (v_round.channelless_ms, v_round.channelless_turn_seq) <= (v_round.keys[1], v_round.seqs[1])) THEN
             WITH claimed AS (
                 UPDATE lonnymq.message m
                 SET locked_until_ms = v_until_ms, num_attempts = m.num_attempts + 1
@@ -2190,29 +2225,45 @@ BEGIN
                       LIMIT 1) n ON true) u
             WHERE t.channel_id = u.channel_id
         )
-        SELECT d_ids || coalesce(pg_catalog.array_agg(k.id ORDER BY k.ord), '{}'),
-               d_channels || coalesce(pg_catalog.array_agg((SELECT c.name FROM lonnymq.channel c WHERE c.id = k.channel_id)
-                                                           ORDER BY k.ord), '{}'),
-               d_contents || coalesce(pg_catalog.array_agg(k.content ORDER BY k.ord), '{}'),
-               d_states || coalesce(pg_catalog.array_agg(k.state ORDER BY k.ord), '{}'),
-               d_attempts || coalesce(pg_catalog.array_agg(k.num_attempts ORDER BY k.ord), '{}'),
-               d_ats || coalesce(pg_catalog.array_agg(lonnymq._dequeue_at(k.dequeue_ms, k.priority) ORDER BY k.ord), '{}'),
-               pg_catalog.count(*),
-               v_tried || coalesce((SELECT pg_catalog.array_agg(p.channel_id) FROM p WHERE p.claim_id IS NULL), '{}')
-        INTO d_ids, d_channels, d_contents, d_states, d_attempts, d_ats, v_got, v_tried
-        FROM claimed k;
+        -- (A message whose delivery would exceed its channel's max_attempts
+        -- is claimed like any other and dead-lettered below instead.)
+        SELECT d_ids || coalesce(pg_catalog.array_agg(k.id ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_channels || coalesce(pg_catalog.array_agg(k.name ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_contents || coalesce(pg_catalog.array_agg(k.content ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_states || coalesce(pg_catalog.array_agg(k.state ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_attempts || coalesce(pg_catalog.array_agg(k.num_attempts ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_ats || coalesce(pg_catalog.array_agg(lonnymq._dequeue_at(k.dequeue_ms, k.priority) ORDER BY k.ord)
+                                 FILTER (WHERE NOT k.dead), '{}'),
+               pg_catalog.count(*) FILTER (WHERE NOT k.dead),
+               v_tried || coalesce((SELECT pg_catalog.array_agg(p.channel_id) FROM p WHERE p.claim_id IS NULL), '{}'),
+               pg_catalog.array_agg(k.id) FILTER (WHERE k.dead)
+        INTO d_ids, d_channels, d_contents, d_states, d_attempts, d_ats, v_got, v_tried, v_dead
+        FROM (SELECT k.*, c.name, coalesce(k.num_attempts > c.max_attempts, false) AS dead
+              FROM claimed k
+              LEFT JOIN LATERAL (SELECT c.name, c.max_attempts FROM lonnymq.channel c
+                                 WHERE c.id = k.channel_id LIMIT 1) c ON true) k;
+        IF v_dead IS NOT NULL THEN
+            FOR v_message IN SELECT m.* FROM lonnymq.message m WHERE m.id = ANY (v_dead) LOOP
+                PERFORM lonnymq._settle_locked(v_message, 'dead', NULL);
+            END LOOP;
+        END IF;
         v_want := v_want - v_got;
         -- A batch goes on with another round while the last one gave
         -- something or tried channels (which are not picked again).
         EXIT WHEN v_want <= 0;
     END LOOP;
 
-    RETURN QUERY
-    SELECT r.id, r.channel, r.content, r.state, r.num_attempts, r.dequeue_at, r.n <= d_recovered
-    FROM ROWS FROM (pg_catalog.unnest(d_ids), pg_catalog.unnest(d_channels), pg_catalog.unnest(d_contents),
-                    pg_catalog.unnest(d_states), pg_catalog.unnest(d_attempts), pg_catalog.unnest(d_ats))
-         WITH ORDINALITY AS r(id, channel, content, state, num_attempts, dequeue_at, n)
-    ORDER BY r.n;
+    -- (RETURN NEXT per delivery: cheaper than a query over the arrays.)
+    FOR v_i IN 1 .. pg_catalog.cardinality(d_ids) LOOP
+        id := d_ids[v_i];
+        channel := d_channels[v_i];
+        content := d_contents[v_i];
+        state := d_states[v_i];
+        num_attempts := d_attempts[v_i];
+        dequeue_at := d_ats[v_i];
+        recovered := v_i <= d_recovered;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
@@ -2502,6 +2553,10 @@ BEGIN
     v_lock := lonnymq._lock_delivery(message_defer.id, message_defer.num_attempts);
     IF v_lock.p_status IS NOT NULL THEN
         RETURN v_lock.p_status;
+    END IF;
+    -- Model B: pinned before the message becomes unlocked (see _pin_turn).
+    IF (v_lock.p_message).channel_id IS NOT NULL THEN
+        PERFORM lonnymq._pin_turn((v_lock.p_message).channel_id);
     END IF;
     UPDATE lonnymq.message m
     SET locked_until_ms = NULL,
@@ -2850,10 +2905,8 @@ BEGIN
         RETURN NULL;  -- unknown or paused: nothing can be dequeued until it changes
     END IF;
     v_next_ms := least(
-        (SELECT c.ready_ms FROM lonnymq.channel c
-         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL AND NOT c.paused ORDER BY c.ready_ms LIMIT 1),
-        (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-         WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
+        (SELECT t.ready_ms FROM lonnymq.channel_turn t
+         WHERE t.queue_id = v_queue_id AND t.ready_ms IS NOT NULL ORDER BY t.ready_ms LIMIT 1),
         (SELECT m.dequeue_ms FROM lonnymq.message m
          WHERE m.queue_id = v_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
          ORDER BY m.dequeue_ms LIMIT 1),
@@ -2958,32 +3011,37 @@ AS $$
         JOIN lonnymq.queue q ON q.id = c.queue_id
         LEFT JOIN per_channel p ON p.channel_id = c.id
     )
-    SELECT pg_catalog.format('channel %s/%s: locked_count is %s, expected %s (%s messages locked, %s)',
-                             n.queue_name, n.name, n.locked_count, n.expected_locked, n.actual_locked,
-                             CASE WHEN n.accounted THEN 'accounted' ELSE 'shared: not counted' END)
-    FROM (SELECT n.*, lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size) AS accounted,
-                 CASE WHEN lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size)
-                      THEN n.actual_locked ELSE 0 END AS expected_locked
-          FROM named n) n
-    WHERE n.locked_count <> n.expected_locked
+    -- Model B: the scheduler row of every channel.
+    SELECT pg_catalog.format('channel %s/%s: has no scheduler row', n.queue_name, n.name)
+    FROM named n WHERE NOT EXISTS (SELECT 1 FROM lonnymq.channel_turn t WHERE t.channel_id = n.id)
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: locked_count is %s, expected %s', n.queue_name, n.name,
+                             t.locked_count, CASE WHEN t.max_concurrency IS NULL THEN 0 ELSE n.actual_locked END)
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    WHERE t.locked_count <> CASE WHEN t.max_concurrency IS NULL THEN 0 ELSE n.actual_locked END
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: policy copy on the scheduler row differs', n.queue_name, n.name)
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    WHERE t.max_concurrency IS DISTINCT FROM n.max_concurrency OR t.release_interval_ms <> n.release_interval_ms
+       OR t.paused <> n.paused
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: ready_ms is %s but its head, turn and limits give %s',
-                             n.queue_name, n.name, coalesce(n.ready_ms::text, 'NULL'),
-                             lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                               n.locked_count, n.max_concurrency, n.turn_seq))
-    FROM named n
-    WHERE n.ready_ms IS DISTINCT FROM lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                                        n.locked_count, n.max_concurrency, n.turn_seq)
+                             n.queue_name, n.name, coalesce(t.ready_ms::text, 'NULL'),
+                             lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms, t.locked_count,
+                                                    t.max_concurrency, t.turn_seq, t.paused))
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    WHERE t.ready_ms IS DISTINCT FROM lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms,
+                                                             t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
     UNION ALL
-    -- The head must never be later than the earliest unlocked message unless
-    -- a hint will correct it; otherwise that message would be stranded.
-    SELECT pg_catalog.format('channel %s/%s: earliest unlocked message at %s ms is not reachable (head_ms %s, no hint)',
-                             n.queue_name, n.name, n.true_head_ms, coalesce(n.head_ms::text, 'NULL'))
-    FROM named n
-    WHERE n.true_head_ms IS NOT NULL
-      AND (n.head_ms IS NULL OR n.head_ms > n.true_head_ms)
-      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel_hint h
-                      WHERE h.channel_id = n.id AND h.dequeue_ms <= n.true_head_ms)
+    -- The head must never be later than the earliest unlocked message:
+    -- that message would be stranded.
+    SELECT pg_catalog.format('channel %s/%s: unlocked message %s is before its head (%s, %s)',
+                             n.queue_name, n.name, f.id, coalesce(t.head_ms::text, 'NULL'), coalesce(t.head_id::text, 'NULL'))
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    CROSS JOIN LATERAL (SELECT m.id, m.dequeue_ms FROM lonnymq.message m
+                        WHERE m.channel_id = n.id AND m.locked_until_ms IS NULL
+                        ORDER BY m.dequeue_ms, m.id LIMIT 1) f
+    WHERE t.head_ms IS NULL OR (f.dequeue_ms, f.id) < (t.head_ms, t.head_id)
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: admission count says %s live messages but there are %s',
                              n.queue_name, n.name, a.admitted - n.removed_count, n.actual_live)
@@ -3210,9 +3268,9 @@ BEGIN
         queue := v_queue.name;
         paused := v_queue.paused;
         SELECT pg_catalog.count(*), pg_catalog.max(lonnymq._head_age_ms(v_queue.id, c.id, v_now_ms))
-                                        FILTER (WHERE c.head_ms <= v_now_ms)
+                                        FILTER (WHERE t.head_ms <= v_now_ms)
         INTO channels, oldest_ready_ms
-        FROM lonnymq.channel c WHERE c.queue_id = v_queue.id;
+        FROM lonnymq.channel c JOIN lonnymq.channel_turn t ON t.channel_id = c.id WHERE c.queue_id = v_queue.id;
         oldest_ready_ms := greatest(oldest_ready_ms, lonnymq._head_age_ms(v_queue.id, NULL, v_now_ms));
         ready := lonnymq._count_unlocked(v_queue.id, true, v_now_ms, queue_summary.count_limit);
         scheduled := lonnymq._count_unlocked(v_queue.id, false, v_now_ms, queue_summary.count_limit);
@@ -3259,7 +3317,7 @@ BEGIN
     SELECT c.name, c.paused, c.explicit, c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts,
            c.retain_completed,
            CASE WHEN lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
-                THEN c.locked_count::bigint
+                THEN c.t_locked::bigint
                 ELSE (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.message m
                                                       WHERE m.channel_id = c.id AND m.locked_until_ms IS NOT NULL
                                                       LIMIT v_limit) x) END,
@@ -3274,12 +3332,13 @@ BEGIN
            (SELECT a.admitted - c.removed_count FROM lonnymq.channel_admission a WHERE a.channel_id = c.id),
            lonnymq._head_age_ms(c.queue_id, c.id, v_now_ms),
            c.saturated
-    FROM (SELECT c.*, (c.max_concurrency IS NOT NULL AND c.locked_count >= c.max_concurrency) AS saturated
-          FROM lonnymq.channel c
+    FROM (SELECT c.*, t.locked_count AS t_locked, t.head_ms AS t_head,
+                 (c.max_concurrency IS NOT NULL AND t.locked_count >= c.max_concurrency) AS saturated
+          FROM lonnymq.channel c JOIN lonnymq.channel_turn t ON t.channel_id = c.id
           WHERE c.queue_id = v_queue_id
-          ORDER BY saturated DESC, c.head_ms NULLS LAST, c.name
+          ORDER BY saturated DESC, t.head_ms NULLS LAST, c.name
           LIMIT channel_summary.max_channels) c
-    ORDER BY c.saturated DESC, c.head_ms NULLS LAST, c.name;
+    ORDER BY c.saturated DESC, c.t_head NULLS LAST, c.name;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.channel_summary(text, integer, integer)

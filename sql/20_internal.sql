@@ -163,6 +163,23 @@ AS $$
                                        p_locked_count, p_max_concurrency, p_turn_seq) END
 $$;
 
+-- Model B: pins a channel's scheduler row until commit, as every producer
+-- and every defer does before its message becomes unlocked: a dequeuer raises
+-- a head only while it holds the row FOR UPDATE, which conflicts with this.
+-- Outside READ COMMITTED FOR NO KEY UPDATE, so that a row changed since the
+-- snapshot is a serialization failure.
+CREATE OR REPLACE FUNCTION lonnymq._pin_turn(p_channel_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF lonnymq._read_committed() THEN
+        PERFORM 1 FROM lonnymq.channel_turn t WHERE t.channel_id = p_channel_id FOR KEY SHARE;
+    ELSE
+        PERFORM 1 FROM lonnymq.channel_turn t WHERE t.channel_id = p_channel_id FOR NO KEY UPDATE;
+    END IF;
+END
+$$;
+
 -- Model B: lowers a channel's head to a message that just became unlocked
 -- (created or deferred). The caller pinned the channel in an earlier
 -- statement, so this statement's snapshot shows every raise committed before

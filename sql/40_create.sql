@@ -75,6 +75,8 @@ BEGIN
     END IF;
     IF p_channel IS NOT NULL THEN
         v_channel := lonnymq._channel_for_create(p_queue_id, p_channel, p_sweep);
+        -- Model B: the scheduler row pinned until commit (see message_create).
+        PERFORM lonnymq._pin_turn(v_channel.id);
         IF v_channel.max_size IS NOT NULL THEN
             SELECT a.admitted INTO v_admitted FROM lonnymq.channel_admission a
             WHERE a.channel_id = v_channel.id FOR UPDATE;
@@ -180,46 +182,48 @@ BEGIN
         END IF;
     END IF;
 
-    -- The queue and the channel, pinned (see _pin_channel; in the same
-    -- statement, as a plain row lock, at READ COMMITTED): the row comes back
-    -- as it is now, and neither its capacity nor its existence can change
-    -- until this commits. A channel deleted or capped meanwhile goes the long
-    -- way below.
-    SELECT q.id, c.id, c.max_size
-    INTO v_queue_id, v_channel_id, v_max_size
-    FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
-                       WHERE c.queue_id = q.id AND c.name = message_create.channel
-                       LIMIT 1 FOR KEY SHARE) c ON true
-    WHERE q.name = message_create.queue;
-    -- Outside READ COMMITTED the long way (_create_one) pins and writes the head.
-    IF NOT lonnymq._read_committed() THEN
-        v_queue_id := NULL;
-    END IF;
-    IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
-        WITH created AS (
-            -- (A capped channel inserts nothing here: it only learns whether
-            -- a live duplicate answers, before the admission count.)
+    -- Model B, one statement at READ COMMITTED: the queue and the channel
+    -- looked up, the channel's scheduler row pinned (FOR KEY SHARE until
+    -- commit: no dequeuer can raise the head past this message meanwhile, and
+    -- no channel_set or delete can change the channel), the message inserted,
+    -- and the head moved down to it when it is earlier than the head the pin
+    -- returned. The pin returns the row as it is now (a raise that committed
+    -- while it waited included), which this statement's snapshot may not
+    -- show, so the decision uses the pinned values; the row is then updated
+    -- in its latest version (the CASEs), as a concurrent producer may have
+    -- moved it since. New queue or channel, capacity, duplicate: the long way.
+    IF lonnymq._read_committed() THEN
+        WITH pin AS (
+            SELECT q.id AS queue_id, t.channel_id, t.head_ms, t.head_id, c.max_size
+            FROM lonnymq.queue q
+            LEFT JOIN LATERAL (SELECT c.id, c.max_size FROM lonnymq.channel c
+                               WHERE c.queue_id = q.id AND c.name = message_create.channel LIMIT 1) c ON true
+            LEFT JOIN LATERAL (SELECT t.channel_id, t.head_ms, t.head_id FROM lonnymq.channel_turn t
+                               WHERE t.channel_id = c.id LIMIT 1 FOR KEY SHARE) t ON true
+            WHERE q.name = message_create.queue
+        ), created AS (
             INSERT INTO lonnymq.message AS m
                 (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
-            SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
+            SELECT p.queue_id, p.channel_id, message_create.content, message_create.state, v_dequeue_ms,
                    message_create.priority, message_create.dedup_key
-            WHERE v_max_size IS NULL
+            FROM pin p
+            WHERE p.max_size IS NULL AND (p.channel_id IS NOT NULL OR message_create.channel IS NULL)
             ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id, m.dequeue_ms
         ), headed AS (
-            -- Model B: the channel's head moves down to this message when it
-            -- is earlier (an empty channel: always). The pin above came first,
-            -- so no dequeuer can raise the head past this message until commit.
             UPDATE lonnymq.channel_turn t
-            SET head_ms = k.dequeue_ms, head_id = k.id,
-                ready_ms = lonnymq._turn_ready_ms(k.dequeue_ms, t.last_turn_ms, t.release_interval_ms,
+            SET head_ms = CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id)) THEN k.dequeue_ms ELSE t.head_ms END,
+                head_id = CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id)) THEN k.id ELSE t.head_id END,
+                ready_ms = lonnymq._turn_ready_ms(CASE WHEN (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id)) THEN k.dequeue_ms ELSE t.head_ms END,
+                                                  t.last_turn_ms, t.release_interval_ms,
                                                   t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
-            FROM created k
+            FROM created k, pin p
             WHERE t.channel_id = k.channel_id
-              AND (t.head_ms IS NULL OR (t.head_ms, t.head_id) > (k.dequeue_ms, k.id))
+              AND (p.head_ms IS NULL OR (p.head_ms, p.head_id) > (k.dequeue_ms, k.id))
         )
-        SELECT k.id INTO message_create.id FROM created k;
+        SELECT p.queue_id, p.channel_id, (SELECT k.id FROM created k)
+        INTO v_queue_id, v_channel_id, message_create.id
+        FROM pin p;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
             -- (An expression, not PERFORM: no executor started, see _notify_waiters.)
@@ -227,10 +231,12 @@ BEGIN
             RETURN;
         END IF;
         -- Nothing inserted: a live duplicate is the answer as it stands.
-        id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
-        IF id IS NOT NULL THEN
-            status := 'deduplicated';
-            RETURN;
+        IF v_queue_id IS NOT NULL AND message_create.dedup_key IS NOT NULL THEN
+            id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
+            IF id IS NOT NULL THEN
+                status := 'deduplicated';
+                RETURN;
+            END IF;
         END IF;
     END IF;
     -- New queue or channel, or a capacity.

@@ -339,6 +339,12 @@ BEGIN
           CROSS JOIN LATERAL (SELECT c.id, c.lock_key, c.max_size FROM lonnymq.channel c
                               WHERE c.queue_id = v_queue_id AND c.name = n.name LIMIT 1) c) x;
 
+    -- Model B: the scheduler rows pinned, in id order (see _pin_turn).
+    PERFORM 1 FROM lonnymq.channel_turn t
+    WHERE t.channel_id = ANY (ARRAY(SELECT c.id FROM lonnymq.channel c
+                                    WHERE c.queue_id = v_queue_id AND c.name = ANY (p_names)))
+    ORDER BY t.channel_id
+    FOR KEY SHARE;
     SELECT r.statuses, r.ids INTO statuses, ids
     FROM lonnymq._create_set(v_queue_id, p_channels, p_contents, p_dequeue_ats, p_dedup_keys,
                              p_keyed, p_names, v_capped, v_head_held,

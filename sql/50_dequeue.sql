@@ -86,6 +86,8 @@ DECLARE
     v_first boolean := true;
     v_got integer;
     v_message lonnymq.message;
+    v_dead bigint[];
+    v_i integer;
     -- the deliveries so far, in order
     d_ids bigint[] := '{}';
     d_channels text[] := '{}';
@@ -112,8 +114,12 @@ BEGIN
         -- their last turn), and the fairest ready channels no one else
         -- holds, each with its channel row FOR UPDATE where free (raise).
         SELECT q.id AS queue_id, q.paused, q.channelless_turn_seq,
-               v_first AND EXISTS (SELECT 1 FROM lonnymq.message m
-                                   WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms) AS expired,
+               -- (Ordered, so that the plan walks message_locked_idx from
+               -- the earliest expiry and stops at the first: unordered, a
+               -- generic plan filtered every locked message.)
+               v_first AND (SELECT m.locked_until_ms FROM lonnymq.message m
+                            WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
+                            ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
                (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) FROM lonnymq.message m
                 WHERE m.queue_id = q.id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
                   AND m.dequeue_ms <= v_now_ms
@@ -128,7 +134,7 @@ BEGIN
                    pg_catalog.array_agg(t.raise ORDER BY t.ready_ms, t.turn_seq) AS raise,
                    pg_catalog.array_agg(t.ready_ms ORDER BY t.ready_ms, t.turn_seq) AS keys,
                    pg_catalog.array_agg(t.turn_seq ORDER BY t.ready_ms, t.turn_seq) AS seqs
-            FROM (SELECT t.*, (SELECT c.id FROM lonnymq.channel c WHERE c.id = t.channel_id
+            FROM (SELECT t.*, (SELECT r.channel_id FROM lonnymq.channel_turn r WHERE r.channel_id = t.channel_id
                                FOR UPDATE SKIP LOCKED) IS NOT NULL AS raise
                   FROM (SELECT t.channel_id, t.head_ms, t.head_id, t.ready_ms, t.turn_seq
                         FROM lonnymq.channel_turn t
@@ -168,7 +174,7 @@ BEGIN
         -- waited for: the queue row's turn is recorded only if it is free.
         IF v_round.channelless_ms IS NOT NULL
            AND (pg_catalog.cardinality(v_round.ids) = 0
-                OR (v_round.channelless_ms, v_round.channelless_turn_seq) < (v_round.keys[1], v_round.seqs[1])) THEN
+                OR (v_round.channelless_ms, v_round.channelless_turn_seq) <= (v_round.keys[1], v_round.seqs[1])) THEN
             WITH claimed AS (
                 UPDATE lonnymq.message m
                 SET locked_until_ms = v_until_ms, num_attempts = m.num_attempts + 1
@@ -261,29 +267,45 @@ BEGIN
                       LIMIT 1) n ON true) u
             WHERE t.channel_id = u.channel_id
         )
-        SELECT d_ids || coalesce(pg_catalog.array_agg(k.id ORDER BY k.ord), '{}'),
-               d_channels || coalesce(pg_catalog.array_agg((SELECT c.name FROM lonnymq.channel c WHERE c.id = k.channel_id)
-                                                           ORDER BY k.ord), '{}'),
-               d_contents || coalesce(pg_catalog.array_agg(k.content ORDER BY k.ord), '{}'),
-               d_states || coalesce(pg_catalog.array_agg(k.state ORDER BY k.ord), '{}'),
-               d_attempts || coalesce(pg_catalog.array_agg(k.num_attempts ORDER BY k.ord), '{}'),
-               d_ats || coalesce(pg_catalog.array_agg(lonnymq._dequeue_at(k.dequeue_ms, k.priority) ORDER BY k.ord), '{}'),
-               pg_catalog.count(*),
-               v_tried || coalesce((SELECT pg_catalog.array_agg(p.channel_id) FROM p WHERE p.claim_id IS NULL), '{}')
-        INTO d_ids, d_channels, d_contents, d_states, d_attempts, d_ats, v_got, v_tried
-        FROM claimed k;
+        -- (A message whose delivery would exceed its channel's max_attempts
+        -- is claimed like any other and dead-lettered below instead.)
+        SELECT d_ids || coalesce(pg_catalog.array_agg(k.id ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_channels || coalesce(pg_catalog.array_agg(k.name ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_contents || coalesce(pg_catalog.array_agg(k.content ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_states || coalesce(pg_catalog.array_agg(k.state ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_attempts || coalesce(pg_catalog.array_agg(k.num_attempts ORDER BY k.ord) FILTER (WHERE NOT k.dead), '{}'),
+               d_ats || coalesce(pg_catalog.array_agg(lonnymq._dequeue_at(k.dequeue_ms, k.priority) ORDER BY k.ord)
+                                 FILTER (WHERE NOT k.dead), '{}'),
+               pg_catalog.count(*) FILTER (WHERE NOT k.dead),
+               v_tried || coalesce((SELECT pg_catalog.array_agg(p.channel_id) FROM p WHERE p.claim_id IS NULL), '{}'),
+               pg_catalog.array_agg(k.id) FILTER (WHERE k.dead)
+        INTO d_ids, d_channels, d_contents, d_states, d_attempts, d_ats, v_got, v_tried, v_dead
+        FROM (SELECT k.*, c.name, coalesce(k.num_attempts > c.max_attempts, false) AS dead
+              FROM claimed k
+              LEFT JOIN LATERAL (SELECT c.name, c.max_attempts FROM lonnymq.channel c
+                                 WHERE c.id = k.channel_id LIMIT 1) c ON true) k;
+        IF v_dead IS NOT NULL THEN
+            FOR v_message IN SELECT m.* FROM lonnymq.message m WHERE m.id = ANY (v_dead) LOOP
+                PERFORM lonnymq._settle_locked(v_message, 'dead', NULL);
+            END LOOP;
+        END IF;
         v_want := v_want - v_got;
         -- A batch goes on with another round while the last one gave
         -- something or tried channels (which are not picked again).
         EXIT WHEN v_want <= 0;
     END LOOP;
 
-    RETURN QUERY
-    SELECT r.id, r.channel, r.content, r.state, r.num_attempts, r.dequeue_at, r.n <= d_recovered
-    FROM ROWS FROM (pg_catalog.unnest(d_ids), pg_catalog.unnest(d_channels), pg_catalog.unnest(d_contents),
-                    pg_catalog.unnest(d_states), pg_catalog.unnest(d_attempts), pg_catalog.unnest(d_ats))
-         WITH ORDINALITY AS r(id, channel, content, state, num_attempts, dequeue_at, n)
-    ORDER BY r.n;
+    -- (RETURN NEXT per delivery: cheaper than a query over the arrays.)
+    FOR v_i IN 1 .. pg_catalog.cardinality(d_ids) LOOP
+        id := d_ids[v_i];
+        channel := d_channels[v_i];
+        content := d_contents[v_i];
+        state := d_states[v_i];
+        num_attempts := d_attempts[v_i];
+        dequeue_at := d_ats[v_i];
+        recovered := v_i <= d_recovered;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)

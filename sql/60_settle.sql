@@ -284,6 +284,10 @@ BEGIN
     IF v_lock.p_status IS NOT NULL THEN
         RETURN v_lock.p_status;
     END IF;
+    -- Model B: pinned before the message becomes unlocked (see _pin_turn).
+    IF (v_lock.p_message).channel_id IS NOT NULL THEN
+        PERFORM lonnymq._pin_turn((v_lock.p_message).channel_id);
+    END IF;
     UPDATE lonnymq.message m
     SET locked_until_ms = NULL,
         dequeue_ms = v_dequeue_ms,

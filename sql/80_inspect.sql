@@ -87,10 +87,8 @@ BEGIN
         RETURN NULL;  -- unknown or paused: nothing can be dequeued until it changes
     END IF;
     v_next_ms := least(
-        (SELECT c.ready_ms FROM lonnymq.channel c
-         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL AND NOT c.paused ORDER BY c.ready_ms LIMIT 1),
-        (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-         WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
+        (SELECT t.ready_ms FROM lonnymq.channel_turn t
+         WHERE t.queue_id = v_queue_id AND t.ready_ms IS NOT NULL ORDER BY t.ready_ms LIMIT 1),
         (SELECT m.dequeue_ms FROM lonnymq.message m
          WHERE m.queue_id = v_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
          ORDER BY m.dequeue_ms LIMIT 1),
@@ -195,32 +193,37 @@ AS $$
         JOIN lonnymq.queue q ON q.id = c.queue_id
         LEFT JOIN per_channel p ON p.channel_id = c.id
     )
-    SELECT pg_catalog.format('channel %s/%s: locked_count is %s, expected %s (%s messages locked, %s)',
-                             n.queue_name, n.name, n.locked_count, n.expected_locked, n.actual_locked,
-                             CASE WHEN n.accounted THEN 'accounted' ELSE 'shared: not counted' END)
-    FROM (SELECT n.*, lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size) AS accounted,
-                 CASE WHEN lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size)
-                      THEN n.actual_locked ELSE 0 END AS expected_locked
-          FROM named n) n
-    WHERE n.locked_count <> n.expected_locked
+    -- Model B: the scheduler row of every channel.
+    SELECT pg_catalog.format('channel %s/%s: has no scheduler row', n.queue_name, n.name)
+    FROM named n WHERE NOT EXISTS (SELECT 1 FROM lonnymq.channel_turn t WHERE t.channel_id = n.id)
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: locked_count is %s, expected %s', n.queue_name, n.name,
+                             t.locked_count, CASE WHEN t.max_concurrency IS NULL THEN 0 ELSE n.actual_locked END)
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    WHERE t.locked_count <> CASE WHEN t.max_concurrency IS NULL THEN 0 ELSE n.actual_locked END
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: policy copy on the scheduler row differs', n.queue_name, n.name)
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    WHERE t.max_concurrency IS DISTINCT FROM n.max_concurrency OR t.release_interval_ms <> n.release_interval_ms
+       OR t.paused <> n.paused
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: ready_ms is %s but its head, turn and limits give %s',
-                             n.queue_name, n.name, coalesce(n.ready_ms::text, 'NULL'),
-                             lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                               n.locked_count, n.max_concurrency, n.turn_seq))
-    FROM named n
-    WHERE n.ready_ms IS DISTINCT FROM lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                                        n.locked_count, n.max_concurrency, n.turn_seq)
+                             n.queue_name, n.name, coalesce(t.ready_ms::text, 'NULL'),
+                             lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms, t.locked_count,
+                                                    t.max_concurrency, t.turn_seq, t.paused))
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    WHERE t.ready_ms IS DISTINCT FROM lonnymq._turn_ready_ms(t.head_ms, t.last_turn_ms, t.release_interval_ms,
+                                                             t.locked_count, t.max_concurrency, t.turn_seq, t.paused)
     UNION ALL
-    -- The head must never be later than the earliest unlocked message unless
-    -- a hint will correct it; otherwise that message would be stranded.
-    SELECT pg_catalog.format('channel %s/%s: earliest unlocked message at %s ms is not reachable (head_ms %s, no hint)',
-                             n.queue_name, n.name, n.true_head_ms, coalesce(n.head_ms::text, 'NULL'))
-    FROM named n
-    WHERE n.true_head_ms IS NOT NULL
-      AND (n.head_ms IS NULL OR n.head_ms > n.true_head_ms)
-      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel_hint h
-                      WHERE h.channel_id = n.id AND h.dequeue_ms <= n.true_head_ms)
+    -- The head must never be later than the earliest unlocked message:
+    -- that message would be stranded.
+    SELECT pg_catalog.format('channel %s/%s: unlocked message %s is before its head (%s, %s)',
+                             n.queue_name, n.name, f.id, coalesce(t.head_ms::text, 'NULL'), coalesce(t.head_id::text, 'NULL'))
+    FROM named n JOIN lonnymq.channel_turn t ON t.channel_id = n.id
+    CROSS JOIN LATERAL (SELECT m.id, m.dequeue_ms FROM lonnymq.message m
+                        WHERE m.channel_id = n.id AND m.locked_until_ms IS NULL
+                        ORDER BY m.dequeue_ms, m.id LIMIT 1) f
+    WHERE t.head_ms IS NULL OR (f.dequeue_ms, f.id) < (t.head_ms, t.head_id)
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: admission count says %s live messages but there are %s',
                              n.queue_name, n.name, a.admitted - n.removed_count, n.actual_live)

@@ -95,9 +95,9 @@ BEGIN
         queue := v_queue.name;
         paused := v_queue.paused;
         SELECT pg_catalog.count(*), pg_catalog.max(lonnymq._head_age_ms(v_queue.id, c.id, v_now_ms))
-                                        FILTER (WHERE c.head_ms <= v_now_ms)
+                                        FILTER (WHERE t.head_ms <= v_now_ms)
         INTO channels, oldest_ready_ms
-        FROM lonnymq.channel c WHERE c.queue_id = v_queue.id;
+        FROM lonnymq.channel c JOIN lonnymq.channel_turn t ON t.channel_id = c.id WHERE c.queue_id = v_queue.id;
         oldest_ready_ms := greatest(oldest_ready_ms, lonnymq._head_age_ms(v_queue.id, NULL, v_now_ms));
         ready := lonnymq._count_unlocked(v_queue.id, true, v_now_ms, queue_summary.count_limit);
         scheduled := lonnymq._count_unlocked(v_queue.id, false, v_now_ms, queue_summary.count_limit);
@@ -144,7 +144,7 @@ BEGIN
     SELECT c.name, c.paused, c.explicit, c.max_concurrency, c.release_interval_ms, c.max_size, c.max_attempts,
            c.retain_completed,
            CASE WHEN lonnymq._accounted(c.max_concurrency, c.release_interval_ms, c.max_size)
-                THEN c.locked_count::bigint
+                THEN c.t_locked::bigint
                 ELSE (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq.message m
                                                       WHERE m.channel_id = c.id AND m.locked_until_ms IS NOT NULL
                                                       LIMIT v_limit) x) END,
@@ -159,12 +159,13 @@ BEGIN
            (SELECT a.admitted - c.removed_count FROM lonnymq.channel_admission a WHERE a.channel_id = c.id),
            lonnymq._head_age_ms(c.queue_id, c.id, v_now_ms),
            c.saturated
-    FROM (SELECT c.*, (c.max_concurrency IS NOT NULL AND c.locked_count >= c.max_concurrency) AS saturated
-          FROM lonnymq.channel c
+    FROM (SELECT c.*, t.locked_count AS t_locked, t.head_ms AS t_head,
+                 (c.max_concurrency IS NOT NULL AND t.locked_count >= c.max_concurrency) AS saturated
+          FROM lonnymq.channel c JOIN lonnymq.channel_turn t ON t.channel_id = c.id
           WHERE c.queue_id = v_queue_id
-          ORDER BY saturated DESC, c.head_ms NULLS LAST, c.name
+          ORDER BY saturated DESC, t.head_ms NULLS LAST, c.name
           LIMIT channel_summary.max_channels) c
-    ORDER BY c.saturated DESC, c.head_ms NULLS LAST, c.name;
+    ORDER BY c.saturated DESC, c.t_head NULLS LAST, c.name;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.channel_summary(text, integer, integer)
