@@ -175,10 +175,11 @@ COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling s
 -- Model B: the scheduler row of a channel, narrow (only what dequeue reads
 -- and writes per message), one per channel, created with it and deleted with
 -- it. (head_ms, head_id) is a lower bound of the channel's earliest unlocked
--- message, in (dequeue_ms, id) order; NULL means the channel has none. A
--- producer lowers it (under the channel pin); a dequeuer raises it only while
--- it holds the channel row FOR UPDATE, i.e. no producer or settler is in
--- flight on the channel, and reads the new head in a later statement.
+-- message, in (dequeue_ms, id) order; NULL means the channel has none.
+-- Producers and defers pin this row FOR KEY SHARE until commit and lower the
+-- head; a dequeuer raises it only while it holds the row FOR UPDATE (so none
+-- of them is in flight on the channel), reading the new head in a later
+-- statement than the lock.
 CREATE TABLE lonnymq.channel_turn (
     channel_id bigint PRIMARY KEY REFERENCES lonnymq.channel (id) ON DELETE CASCADE,
     queue_id integer NOT NULL,
@@ -1960,24 +1961,21 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 -- Dequeue (model B prototype): each channel has one narrow scheduler row,
 -- lonnymq.channel_turn, that points at its head (a lower bound of its
 -- earliest unlocked message) and carries its fairness key (ready_ms,
--- turn_seq). A dequeue is a loop of rounds; a round is three statements
+-- turn_seq). A dequeue is a loop of rounds; a round is two statements
 -- whatever its size:
---   pick     the fairest ready channels, up to the number still wanted,
---            FOR NO KEY UPDATE SKIP LOCKED from channel_turn_ready_idx;
+--   pick     the queue row, and the fairest ready channels, up to the number
+--            still wanted, FOR NO KEY UPDATE SKIP LOCKED from
+--            channel_turn_ready_idx, each upgraded to FOR UPDATE where that
+--            is free (a "raise": no producer or defer pins the row FOR KEY
+--            SHARE, so none is in flight on the channel until commit);
 --   claim    each picked channel's first unlocked due message at or after
---            its head (one bounded probe each), and, in the same statement,
---            the channel rows FOR UPDATE SKIP LOCKED: a channel whose row
---            that gets has no producer or settler in flight (they pin it FOR
---            KEY SHARE until commit), so its head may be read afresh;
---   advance  every picked channel's turn recorded, its head re-read (only
---            where the claim got the channel row: in a later statement, so
---            with a snapshot taken after that lock) or left where it was
---            (a lower bound stays one), its slot counted.
+--   +advance its head (one bounded probe each), and every picked channel's
+--            key: a turn if served, its slot counted, and, where raised, its
+--            head read afresh (this statement's snapshot follows the lock).
 -- A batch of n is the same loop with n where a single dequeue has 1; a
 -- second round runs only when the first gave fewer than n.
 -- Channel-less messages compete as one more channel keyed on the queue row;
--- expired locks come first, in their own statement (only when the probe saw
--- one).
+-- expired locks come first (_dequeue_expired, only when the pick saw one).
 -- ===========================================================================
 
 -- The dequeue_at a delivery reports: priority messages show their creation
@@ -2070,7 +2068,7 @@ BEGIN
         -- Pick: the queue row, whether a lock expired (first round only),
         -- the channel-less key (greatest of their first due message and
         -- their last turn), and the fairest ready channels no one else
-        -- holds, each with its channel row FOR UPDATE where free (raise).
+        -- holds, each upgraded to FOR UPDATE where free (raise).
         SELECT q.id AS queue_id, q.paused, q.channelless_turn_seq,
                -- (Ordered, so that the plan walks message_locked_idx from
                -- the earliest expiry and stops at the first: unordered, a
@@ -2170,7 +2168,7 @@ BEGIN
         -- unlocked message at or after its head (a probe that starts at the
         -- head, past the entries of messages already handed out); then every
         -- picked channel's key. Served: a turn now, its slot counted. Raised
-        -- (its channel row held FOR UPDATE since the pick, so this statement's
+        -- (its scheduler row held FOR UPDATE since the pick, so this statement's
         -- snapshot shows every producer and settler of the channel): the head
         -- read afresh, the first unlocked message other than the one claimed,
         -- or NULL. Otherwise the head stays (a lower bound stays one), and a

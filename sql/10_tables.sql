@@ -68,10 +68,11 @@ COMMENT ON TABLE lonnymq.channel IS 'Channels with their policy and scheduling s
 -- Model B: the scheduler row of a channel, narrow (only what dequeue reads
 -- and writes per message), one per channel, created with it and deleted with
 -- it. (head_ms, head_id) is a lower bound of the channel's earliest unlocked
--- message, in (dequeue_ms, id) order; NULL means the channel has none. A
--- producer lowers it (under the channel pin); a dequeuer raises it only while
--- it holds the channel row FOR UPDATE, i.e. no producer or settler is in
--- flight on the channel, and reads the new head in a later statement.
+-- message, in (dequeue_ms, id) order; NULL means the channel has none.
+-- Producers and defers pin this row FOR KEY SHARE until commit and lower the
+-- head; a dequeuer raises it only while it holds the row FOR UPDATE (so none
+-- of them is in flight on the channel), reading the new head in a later
+-- statement than the lock.
 CREATE TABLE lonnymq.channel_turn (
     channel_id bigint PRIMARY KEY REFERENCES lonnymq.channel (id) ON DELETE CASCADE,
     queue_id integer NOT NULL,
