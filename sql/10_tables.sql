@@ -95,24 +95,47 @@ CREATE TABLE lonnymq.message (
     -- NULL while pending; the lock expiry while in flight.
     locked_until_ms bigint,
     dedup_key text,
-    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- model A: the fairness stamp (see message_ready_idx), when to stamp it,
+    -- whether it jumps its channel's order, whether it is a limited
+    -- channel's head (its claim counts a slot and designates the next head).
+    vt bigint,
+    due_ms bigint,
+    jump boolean NOT NULL DEFAULT false,
+    gated boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 90);
 ALTER SEQUENCE lonnymq.message_id_seq OWNED BY lonnymq.message.id;
 COMMENT ON TABLE lonnymq.message IS 'Live messages; read them through the lonnymq.messages view.';
 
--- Unlocked messages in (dequeue_ms, id) order per channel.
-CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, channel_id, dequeue_ms, id)
-    WHERE locked_until_ms IS NULL AND channel_id IS NOT NULL;
--- Unlocked channel-less messages in (dequeue_ms, id) order. A separate index:
--- "channel_id IS NULL" does not fix a column for ordering purposes, so the
--- index above cannot return them in order and the planner would sort them all.
-CREATE INDEX message_channelless_idx ON lonnymq.message (queue_id, dequeue_ms, id)
-    WHERE locked_until_ms IS NULL AND channel_id IS NULL;
--- Locked messages by expiry: the recovery probe of every dequeue.
+-- Model A (issue 37): fairness is stamped on each message when it becomes
+-- ready (start-time fair queueing). vt is the stamp: NULL while the message
+-- is scheduled (future), parked (behind a channel limit or a pause) or
+-- locked. A ready message gets max(V, its channel's previous stamp + 1),
+-- V being the smallest stamp ready in the queue (0 when none is), so every
+-- backlogged channel gets one message per stamp: round-robin. A dequeue of
+-- a channel without limits is then one ordered claim over this index.
+CREATE INDEX message_ready_idx ON lonnymq.message (queue_id, vt, id) WHERE vt IS NOT NULL;
+-- A channel's latest stamp (channel-less messages: "channel" 0), read by the
+-- producer that stamps the channel's next message.
+CREATE INDEX message_channel_vt_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), vt)
+    WHERE vt IS NOT NULL;
+-- Messages waiting to be stamped at due_ms: scheduled (dequeue_at in the
+-- future, or deferred) and rate-limited channel heads. Lazy stamping: the
+-- dequeue stamps those due before it claims.
+CREATE INDEX message_due_idx ON lonnymq.message (queue_id, due_ms, id) WHERE due_ms IS NOT NULL;
+-- Parked messages (unstamped, not due: behind max_concurrency or
+-- release_interval_ms, or in a paused channel), in channel order: a limited
+-- channel's next head is the first of them.
+CREATE INDEX message_parked_idx ON lonnymq.message (channel_id, dequeue_ms, id)
+    WHERE vt IS NULL AND due_ms IS NULL AND locked_until_ms IS NULL;
+-- A limited channel's designated head (at most one not in flight).
+CREATE INDEX message_gated_idx ON lonnymq.message (channel_id) WHERE gated AND locked_until_ms IS NULL;
+-- Stamped messages that jump ahead of their channel's order (priority,
+-- back-dated): a claim swaps stamps with one of them. Empty in common use.
+CREATE INDEX message_jump_idx ON lonnymq.message (queue_id, (coalesce(channel_id, 0)), dequeue_ms, id)
+    WHERE jump AND vt IS NOT NULL;
+-- Locked messages by expiry: the recovery arm of every claim.
 CREATE INDEX message_locked_idx ON lonnymq.message (queue_id, locked_until_ms, id)
-    WHERE locked_until_ms IS NOT NULL;
--- Locked messages by channel: whether a channel without accounting is in use.
-CREATE INDEX message_channel_locked_idx ON lonnymq.message (channel_id)
     WHERE locked_until_ms IS NOT NULL;
 -- At most one live message per (queue, channel, dedup_key): a key is scoped to
 -- its channel (a tenant's keys never collide with another tenant's), and the

@@ -588,22 +588,31 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
 
--- Removes a locked message and, for an accounted channel, gives its slot
--- back (complete, fail, dead-letter). The caller holds the message row lock;
--- this pins the channel and, if accounted, locks its row for the update:
--- always message first, then channel.
+-- Whether a channel's policy limits its dequeues (model A: its messages are
+-- parked and one head at a time is stamped, under the channel row).
+CREATE OR REPLACE FUNCTION lonnymq._gated(p_max_concurrency integer, p_release_interval_ms bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0
+$$;
+COMMENT ON FUNCTION lonnymq._gated(integer, bigint) IS 'Whether a channel policy limits dequeues (one head at a time).';
+
+-- Removes a locked message (complete, fail, dead-letter); for a limited
+-- channel, gives its slot back and designates the next head; for a capped
+-- one, counts the removal. The caller holds the message row lock; the
+-- channel row comes second: always message first, then channel.
 CREATE OR REPLACE FUNCTION lonnymq._settle_locked(p_message lonnymq.message, p_outcome text, p_error text) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
-    v_accounted boolean := false;
+    v_gated boolean := false;
 BEGIN
     IF p_message.channel_id IS NOT NULL THEN
         v_channel := lonnymq._pin_channel(p_message.channel_id);
-        v_accounted := lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms,
-                                          v_channel.max_size);
-        IF v_accounted THEN
+        v_gated := lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms);
+        IF v_gated OR v_channel.max_size IS NOT NULL THEN
             SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_channel.id FOR NO KEY UPDATE;
         END IF;
     END IF;
@@ -611,20 +620,15 @@ BEGIN
         PERFORM lonnymq._archive(p_message, p_outcome, p_error);
     END IF;
     DELETE FROM lonnymq.message m WHERE m.id = p_message.id;
-    IF v_accounted THEN
+    IF v_gated OR v_channel.max_size IS NOT NULL THEN
         UPDATE lonnymq.channel c
-        SET locked_count = c.locked_count - 1,
-            removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer,
-            ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, c.release_interval_ms,
-                                         c.locked_count - 1, c.max_concurrency, c.turn_seq)
-        WHERE c.id = v_channel.id;
-        -- A saturated channel with waiting work just got a free slot: that
-        -- work is ready now, and idle workers should hear of it.
-        IF v_channel.head_ms IS NOT NULL AND v_channel.max_concurrency IS NOT NULL
-           AND v_channel.locked_count >= v_channel.max_concurrency THEN
-            PERFORM lonnymq._notify_waiters(q.name, 'released')
-            FROM lonnymq.queue q WHERE q.id = p_message.queue_id;
-        END IF;
+        SET locked_count = c.locked_count - v_gated::integer,
+            removed_count = c.removed_count + (c.max_size IS NOT NULL)::integer
+        WHERE c.id = v_channel.id
+        RETURNING c.* INTO v_channel;
+    END IF;
+    IF v_gated THEN
+        PERFORM lonnymq._designate(v_channel, lonnymq._now_ms(), false);
     END IF;
 END
 $$;

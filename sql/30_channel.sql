@@ -93,17 +93,24 @@ BEGIN
     WHERE c.queue_id = v_queue_id AND c.name = channel_set.channel
     FOR UPDATE;
 
-    -- No producer, dequeuer or settler of this channel is in flight now, so
-    -- counts taken here are exact.
-    IF lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size)
-       AND NOT lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
-        -- Accounting starts: count the messages already in flight.
+    -- Model A: the channel's unlocked messages leave the schedule (parked),
+    -- then go back to it under the new policy. A channel without limits:
+    -- wait for claims in flight (their row locks; such a claim never waits
+    -- for the channel row), then count what is locked exactly. A limited
+    -- channel's claim in flight waits for this row to count its slot
+    -- (_gate_next): its head is skipped, not waited for, and the count kept.
+    IF lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms) THEN
+        UPDATE lonnymq.message m SET vt = NULL, due_ms = NULL, jump = false, gated = false
+        WHERE m.id IN (SELECT x.id FROM lonnymq.message x
+                       WHERE x.channel_id = v_channel.id AND x.locked_until_ms IS NULL
+                       FOR UPDATE SKIP LOCKED);
+    ELSE
+        UPDATE lonnymq.message m SET vt = NULL, due_ms = NULL, jump = false, gated = false
+        WHERE m.channel_id = v_channel.id AND m.locked_until_ms IS NULL;
         UPDATE lonnymq.channel c
         SET locked_count = (SELECT pg_catalog.count(*) FROM lonnymq.message m
                             WHERE m.channel_id = c.id AND m.locked_until_ms IS NOT NULL)
         WHERE c.id = v_channel.id;
-    ELSIF NOT lonnymq._accounted(channel_set.max_concurrency, channel_set.release_interval_ms, channel_set.max_size) THEN
-        UPDATE lonnymq.channel c SET locked_count = 0 WHERE c.id = v_channel.id;
     END IF;
 
     IF channel_set.max_size IS NOT NULL THEN
@@ -124,10 +131,15 @@ BEGIN
         max_attempts = channel_set.max_attempts,
         retain_completed = channel_set.retain_completed,
         removed_count = 0,
-        ready_ms = lonnymq._ready_ms(c.head_ms, c.last_turn_ms, channel_set.release_interval_ms,
-                                     c.locked_count, channel_set.max_concurrency, c.turn_seq)
+        ready_ms = NULL
     WHERE c.id = v_channel.id
     RETURNING c.* INTO v_channel;
+    IF lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms) THEN
+        PERFORM lonnymq._designate(v_channel, lonnymq._now_ms(), false);
+    ELSIF NOT v_channel.paused THEN
+        UPDATE lonnymq.message m SET due_ms = m.dequeue_ms
+        WHERE m.channel_id = v_channel.id AND m.locked_until_ms IS NULL AND m.vt IS NULL AND m.due_ms IS NULL;
+    END IF;
     RETURN v_channel;
 END
 $$;

@@ -51,6 +51,37 @@ END
 $$;
 COMMENT ON FUNCTION lonnymq._live_duplicate(integer, bigint, text) IS 'Live message holding a dedup key in a channel.';
 
+-- Model A: puts messages just inserted unstamped where they belong. Those
+-- of a channel without limits (or none) become due at their dequeue_ms: the
+-- next dequeue stamps them (lazy stamping). Those of a paused channel stay
+-- parked; those of a limited channel are parked and the channel's head is
+-- designated again (under its row: it may be one of these).
+CREATE OR REPLACE FUNCTION lonnymq._place(p_queue_id integer, p_ids bigint[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_channel lonnymq.channel;
+BEGIN
+    UPDATE lonnymq.message m SET due_ms = m.dequeue_ms
+    WHERE m.id = ANY (p_ids) AND m.vt IS NULL AND m.due_ms IS NULL AND m.locked_until_ms IS NULL
+      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel c
+                      WHERE c.id = m.channel_id
+                        AND (c.paused OR lonnymq._gated(c.max_concurrency, c.release_interval_ms)));
+    -- Those due now are stamped now, in order with the channel's next ones.
+    PERFORM lonnymq._stamp_due(p_queue_id, lonnymq._now_ms(), p_ids);
+    FOR v_channel IN
+        SELECT c.* FROM lonnymq.channel c
+        WHERE c.id IN (SELECT m.channel_id FROM lonnymq.message m WHERE m.id = ANY (p_ids))
+          AND lonnymq._gated(c.max_concurrency, c.release_interval_ms)
+        ORDER BY c.id
+        FOR NO KEY UPDATE
+    LOOP
+        PERFORM lonnymq._designate(v_channel, lonnymq._now_ms(), true);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION lonnymq._place(integer, bigint[]) IS 'Makes new unstamped messages due, or designates limited heads.';
+
 -- The one creation path: message_create, message_create_batch and
 -- archive_requeue all come through here. Arguments are already validated.
 -- p_event is the wake-up it sends when it creates (NULL: none; a caller that
@@ -105,14 +136,11 @@ BEGIN
         -- The duplicate left between the two statements: try again.
     END LOOP;
 
-    IF v_channel.id IS NOT NULL THEN
-        IF v_channel.max_size IS NOT NULL THEN
-            UPDATE lonnymq.channel_admission a SET admitted = a.admitted + 1
-            WHERE a.channel_id = v_channel.id;
-        END IF;
-        INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-        VALUES (p_queue_id, v_channel.id, v_dequeue_ms);
+    IF v_channel.id IS NOT NULL AND v_channel.max_size IS NOT NULL THEN
+        UPDATE lonnymq.channel_admission a SET admitted = a.admitted + 1
+        WHERE a.channel_id = v_channel.id;
     END IF;
+    PERFORM lonnymq._place(p_queue_id, ARRAY[id]);
     IF p_event IS NOT NULL THEN
         PERFORM lonnymq._notify_waiters(p_queue, p_event);
     END IF;
@@ -148,12 +176,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_dequeue_ms bigint;
-    v_queue_id integer;
-    v_channel_id bigint;
-    v_head_ms bigint;
-    v_max_size bigint;
-    v_lock_key integer;
-    v_head_held boolean;
+    v_now_ms bigint;
     v_notified boolean;
 BEGIN
     -- One expression decides that the arguments are valid; only when they are
@@ -184,62 +207,51 @@ BEGIN
         END IF;
     END IF;
 
-    -- The queue and the channel, pinned (see _pin_channel; in the same
-    -- statement, as a plain row lock, at READ COMMITTED): the row comes back
-    -- as it is now, and neither its capacity nor its existence can change
-    -- until this commits. A channel deleted or capped meanwhile goes the long
-    -- way below.
-    SELECT q.id, c.id, c.head_ms, c.max_size, c.lock_key
-    INTO v_queue_id, v_channel_id, v_head_ms, v_max_size, v_lock_key
-    FROM lonnymq.queue q
-    LEFT JOIN LATERAL (SELECT c.id, c.head_ms, c.max_size, c.lock_key FROM lonnymq.channel c
-                       WHERE c.queue_id = q.id AND c.name = message_create.channel
-                       LIMIT 1 FOR KEY SHARE) c ON true
-    WHERE q.name = message_create.queue;
-    IF v_channel_id IS NOT NULL THEN
-        v_head_held := lonnymq._hold_head_lock(v_lock_key);
-        IF NOT lonnymq._read_committed() THEN
-            -- Outside READ COMMITTED the pin must also refuse a stale row.
-            SELECT c.id, c.head_ms, c.max_size INTO v_channel_id, v_head_ms, v_max_size
-            FROM lonnymq._pin_channel(v_channel_id) c;
-        END IF;
-    END IF;
-    IF v_queue_id IS NOT NULL AND (v_channel_id IS NOT NULL OR message_create.channel IS NULL) THEN
-        WITH created AS (
-            -- (A capped channel inserts nothing here: it only learns whether
-            -- a live duplicate answers, before the admission count.)
-            INSERT INTO lonnymq.message AS m
-                (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key)
-            SELECT v_queue_id, v_channel_id, message_create.content, message_create.state, v_dequeue_ms,
-                   message_create.priority, message_create.dedup_key
-            WHERE v_max_size IS NULL
-            ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-            RETURNING m.id, m.channel_id
-        ), hinted AS (
-            -- A hint only when the message is earlier than the channel's
-            -- head, a lower bound that cannot rise while this producer holds
-            -- the head lock (see _channel_raise_head): in a backlog, none.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k
-            WHERE k.channel_id IS NOT NULL AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
-        )
-        SELECT k.id INTO message_create.id FROM created k;
+    -- Model A: one statement. The queue and the channel, pinned (see
+    -- _pin_channel: FOR KEY SHARE, at READ COMMITTED), and the message
+    -- stamped as it is inserted: max(V, the channel's latest stamp + 1), or
+    -- left to be stamped when due (scheduled). A limited, paused, capped or
+    -- new channel inserts nothing here and goes the long way below.
+    IF lonnymq._read_committed() THEN
+        v_now_ms := lonnymq._now_ms();
+        INSERT INTO lonnymq.message AS m
+            (queue_id, channel_id, content, state, dequeue_ms, priority, dedup_key, vt, due_ms, jump)
+        SELECT q.id, c.id, message_create.content, message_create.state, v_dequeue_ms,
+               message_create.priority, message_create.dedup_key,
+               CASE WHEN v_dequeue_ms <= v_now_ms
+                    THEN greatest(lonnymq._vt_now(q.id), coalesce(l.vt + 1, 0)) END,
+               CASE WHEN v_dequeue_ms > v_now_ms THEN v_dequeue_ms END,
+               v_dequeue_ms <= v_now_ms AND coalesce(v_dequeue_ms < o.dequeue_ms, false)
+        FROM lonnymq.queue q
+        LEFT JOIN LATERAL (SELECT c.id, c.max_size, c.paused, c.max_concurrency, c.release_interval_ms
+                           FROM lonnymq.channel c
+                           WHERE c.queue_id = q.id AND c.name = message_create.channel
+                           LIMIT 1 FOR KEY SHARE) c ON true
+        LEFT JOIN LATERAL (SELECT y.vt, y.dequeue_ms, y.jump FROM lonnymq.message y
+                           WHERE y.queue_id = q.id AND coalesce(y.channel_id, 0) = coalesce(c.id, 0)
+                             AND y.vt IS NOT NULL
+                           ORDER BY y.vt DESC LIMIT 1) l ON true
+        -- (Whether it goes before the channel's latest message in order: a jump.)
+        LEFT JOIN LATERAL (SELECT y.dequeue_ms FROM lonnymq.message y
+                           WHERE y.queue_id = q.id AND coalesce(y.channel_id, 0) = coalesce(c.id, 0)
+                             AND y.vt IS NOT NULL AND NOT y.jump
+                           ORDER BY y.vt DESC LIMIT 1) o ON v_dequeue_ms < l.dequeue_ms OR l.jump
+        WHERE q.name = message_create.queue
+          AND (message_create.channel IS NULL
+               OR (c.id IS NOT NULL AND c.max_size IS NULL AND NOT c.paused
+                   AND NOT lonnymq._gated(c.max_concurrency, c.release_interval_ms)))
+        ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        RETURNING m.id INTO message_create.id;
         IF message_create.id IS NOT NULL THEN
             status := 'created';
             -- (An expression, not PERFORM: no executor started, see _notify_waiters.)
             v_notified := lonnymq._notify_waiters(message_create.queue, 'created');
             RETURN;
         END IF;
-        -- Nothing inserted: a live duplicate is the answer as it stands.
-        id := lonnymq._live_duplicate(v_queue_id, v_channel_id, message_create.dedup_key);
-        IF id IS NOT NULL THEN
-            status := 'deduplicated';
-            RETURN;
-        END IF;
     END IF;
     -- New queue or channel, or a capacity.
     SELECT r.status, r.id INTO status, id
-    FROM lonnymq._create_one(coalesce(v_queue_id, lonnymq._queue_id(message_create.queue, true)),
+    FROM lonnymq._create_one(lonnymq._queue_id(message_create.queue, true),
                              message_create.queue, message_create.channel, message_create.content,
                              v_dequeue_ms, message_create.priority, message_create.dedup_key,
                              message_create.state, 0, 'created', true) r;

@@ -86,7 +86,7 @@ BEGIN
                   GROUP BY k.channel_id) k
             -- (By key, see message_dequeue's final read.)
             CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
-            WHERE k.channel_id <> ALL (p_head_held) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+            WHERE false  -- model A: no hints (_place makes the set due)
         )
         SELECT coalesce(pg_catalog.array_agg(k.id ORDER BY k.id), '{}') INTO ids FROM created k;
         statuses := pg_catalog.array_fill('created'::text, ARRAY[pg_catalog.cardinality(ids)]);
@@ -161,7 +161,7 @@ BEGIN
                   GROUP BY k.channel_id) k
             -- (By key, see message_dequeue's final read.)
             CROSS JOIN LATERAL (SELECT c.head_ms FROM lonnymq.channel c WHERE c.id = k.channel_id LIMIT 1) c
-            WHERE k.channel_id <> ALL ($6) OR c.head_ms IS NULL OR k.first_ms < c.head_ms
+            WHERE false  -- model A: no hints (_place makes the set due)
         ), admitted AS (
             UPDATE lonnymq.channel_admission a SET admitted = a.admitted + k.n
             FROM (SELECT k.channel_id, pg_catalog.count(*) AS n FROM created k
@@ -340,6 +340,7 @@ BEGIN
     FROM lonnymq._create_set(v_queue_id, p_channels, p_contents, p_dequeue_ats, p_dedup_keys,
                              p_keyed, p_names, v_capped, v_head_held,
                              lonnymq._now_ms()) r;
+    PERFORM lonnymq._place(v_queue_id, ids);
     -- One wake-up for the set, not one per element.
     IF 'created' = ANY (statuses) THEN
         PERFORM lonnymq._notify_waiters(p_queue, 'created');

@@ -284,29 +284,23 @@ BEGIN
     IF v_lock.p_status IS NOT NULL THEN
         RETURN v_lock.p_status;
     END IF;
+    -- Model A: back to unstamped, with its slot and its place decided as a
+    -- new message's (_place): due at dequeue_ms (stamped then), or parked
+    -- behind its channel's limit or pause.
     UPDATE lonnymq.message m
     SET locked_until_ms = NULL,
         dequeue_ms = v_dequeue_ms,
         priority = 0,
+        vt = NULL, due_ms = NULL, jump = false, gated = false,
         state = coalesce(message_defer.state, m.state)
     WHERE m.id = message_defer.id;
     IF (v_lock.p_message).channel_id IS NOT NULL THEN
         v_channel := lonnymq._pin_channel((v_lock.p_message).channel_id);
-        IF lonnymq._accounted(v_channel.max_concurrency, v_channel.release_interval_ms, v_channel.max_size) THEN
-            -- The slot must be returned under the row lock anyway, so move
-            -- the head here too: no hint needed.
-            UPDATE lonnymq.channel c
-            SET locked_count = c.locked_count - 1,
-                head_ms = least(c.head_ms, v_dequeue_ms),
-                ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
-                                             c.release_interval_ms, c.locked_count - 1, c.max_concurrency, c.turn_seq)
-            WHERE c.id = v_channel.id;
-        ELSE
-            -- An unaccounted channel's row is not ours to hold: tell dequeue, like a producer.
-            INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
-            VALUES ((v_lock.p_message).queue_id, v_channel.id, v_dequeue_ms);
+        IF lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms) THEN
+            UPDATE lonnymq.channel c SET locked_count = c.locked_count - 1 WHERE c.id = v_channel.id;
         END IF;
     END IF;
+    PERFORM lonnymq._place((v_lock.p_message).queue_id, ARRAY[message_defer.id]);
     SELECT q.name INTO v_queue FROM lonnymq.queue q WHERE q.id = (v_lock.p_message).queue_id;
     PERFORM lonnymq._notify_waiters(v_queue, 'deferred');
     RETURN 'deferred';
@@ -398,6 +392,11 @@ BEGIN
         END IF;
     END IF;
     DELETE FROM lonnymq.message m WHERE m.id = v_message.id;
+    IF v_message.gated THEN
+        -- A limited channel's head left: the next one is designated.
+        SELECT c.* INTO v_channel FROM lonnymq.channel c WHERE c.id = v_message.channel_id FOR NO KEY UPDATE;
+        PERFORM lonnymq._designate(v_channel, lonnymq._now_ms(), false);
+    END IF;
     RETURN 'cancelled';
 END
 $$;

@@ -86,14 +86,13 @@ BEGIN
     IF v_queue_id IS NULL THEN
         RETURN NULL;  -- unknown or paused: nothing can be dequeued until it changes
     END IF;
+    -- Model A: anything stamped is ready now; else the first due message
+    -- (scheduled, or a rate-limited head) or the first lock to expire.
     v_next_ms := least(
-        (SELECT c.ready_ms FROM lonnymq.channel c
-         WHERE c.queue_id = v_queue_id AND c.ready_ms IS NOT NULL AND NOT c.paused ORDER BY c.ready_ms LIMIT 1),
-        (SELECT h.dequeue_ms FROM lonnymq.channel_hint h
-         WHERE h.queue_id = v_queue_id ORDER BY h.dequeue_ms LIMIT 1),
-        (SELECT m.dequeue_ms FROM lonnymq.message m
-         WHERE m.queue_id = v_queue_id AND m.channel_id IS NULL AND m.locked_until_ms IS NULL
-         ORDER BY m.dequeue_ms LIMIT 1),
+        (SELECT v_now FROM (SELECT lonnymq._now_ms() AS v_now) n
+         WHERE EXISTS (SELECT 1 FROM lonnymq.message m WHERE m.queue_id = v_queue_id AND m.vt IS NOT NULL)),
+        (SELECT m.due_ms FROM lonnymq.message m
+         WHERE m.queue_id = v_queue_id AND m.due_ms IS NOT NULL ORDER BY m.due_ms LIMIT 1),
         (SELECT m.locked_until_ms FROM lonnymq.message m
          WHERE m.queue_id = v_queue_id AND m.locked_until_ms IS NOT NULL
          ORDER BY m.locked_until_ms LIMIT 1));
@@ -197,30 +196,34 @@ AS $$
     )
     SELECT pg_catalog.format('channel %s/%s: locked_count is %s, expected %s (%s messages locked, %s)',
                              n.queue_name, n.name, n.locked_count, n.expected_locked, n.actual_locked,
-                             CASE WHEN n.accounted THEN 'accounted' ELSE 'shared: not counted' END)
-    FROM (SELECT n.*, lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size) AS accounted,
-                 CASE WHEN lonnymq._accounted(n.max_concurrency, n.release_interval_ms, n.max_size)
+                             CASE WHEN n.gated THEN 'limited' ELSE 'not limited: not counted' END)
+    FROM (SELECT n.*, lonnymq._gated(n.max_concurrency, n.release_interval_ms) AS gated,
+                 CASE WHEN lonnymq._gated(n.max_concurrency, n.release_interval_ms)
                       THEN n.actual_locked ELSE 0 END AS expected_locked
           FROM named n) n
     WHERE n.locked_count <> n.expected_locked
     UNION ALL
-    SELECT pg_catalog.format('channel %s/%s: ready_ms is %s but its head, turn and limits give %s',
-                             n.queue_name, n.name, coalesce(n.ready_ms::text, 'NULL'),
-                             lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                               n.locked_count, n.max_concurrency, n.turn_seq))
-    FROM named n
-    WHERE n.ready_ms IS DISTINCT FROM lonnymq._ready_ms(n.head_ms, n.last_turn_ms, n.release_interval_ms,
-                                                        n.locked_count, n.max_concurrency, n.turn_seq)
+    -- Model A: an unlocked message is stamped, due or parked, never two of them;
+    -- parked only behind a limit or a pause, or it would be stranded.
+    SELECT pg_catalog.format('message %s: both stamped and due', m.id)
+    FROM lonnymq.message m WHERE m.vt IS NOT NULL AND m.due_ms IS NOT NULL
     UNION ALL
-    -- The head must never be later than the earliest unlocked message unless
-    -- a hint will correct it; otherwise that message would be stranded.
-    SELECT pg_catalog.format('channel %s/%s: earliest unlocked message at %s ms is not reachable (head_ms %s, no hint)',
-                             n.queue_name, n.name, n.true_head_ms, coalesce(n.head_ms::text, 'NULL'))
-    FROM named n
-    WHERE n.true_head_ms IS NOT NULL
-      AND (n.head_ms IS NULL OR n.head_ms > n.true_head_ms)
-      AND NOT EXISTS (SELECT 1 FROM lonnymq.channel_hint h
-                      WHERE h.channel_id = n.id AND h.dequeue_ms <= n.true_head_ms)
+    SELECT pg_catalog.format('message %s: locked but still stamped or due', m.id)
+    FROM lonnymq.message m WHERE m.locked_until_ms IS NOT NULL AND (m.vt IS NOT NULL OR m.due_ms IS NOT NULL)
+    UNION ALL
+    SELECT pg_catalog.format('message %s: parked in a channel without limits or pause', m.id)
+    FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id
+    WHERE m.locked_until_ms IS NULL AND m.vt IS NULL AND m.due_ms IS NULL
+      AND NOT coalesce(c.paused OR lonnymq._gated(c.max_concurrency, c.release_interval_ms), false)
+    UNION ALL
+    SELECT pg_catalog.format('channel %s/%s: %s heads', n.queue_name, n.name, h.heads)
+    FROM named n CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS heads FROM lonnymq.message m
+                                     WHERE m.channel_id = n.id AND m.gated AND m.locked_until_ms IS NULL) h
+    WHERE h.heads > 1
+       OR (h.heads > 0 AND NOT lonnymq._gated(n.max_concurrency, n.release_interval_ms))
+       OR (h.heads = 0 AND lonnymq._gated(n.max_concurrency, n.release_interval_ms) AND NOT n.paused
+           AND n.locked_count < coalesce(n.max_concurrency, 2147483647)
+           AND EXISTS (SELECT 1 FROM lonnymq.message m WHERE m.channel_id = n.id AND m.locked_until_ms IS NULL))
     UNION ALL
     SELECT pg_catalog.format('channel %s/%s: admission count says %s live messages but there are %s',
                              n.queue_name, n.name, a.admitted - n.removed_count, n.actual_live)

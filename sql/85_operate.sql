@@ -17,14 +17,33 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queue_id integer;
+    v_channel lonnymq.channel;
 BEGIN
     PERFORM lonnymq._check_name(p_queue, 'queue', false);
     PERFORM lonnymq._check_name(p_channel, 'channel', false);
     v_queue_id := lonnymq._queue_id(p_queue, false);
     UPDATE lonnymq.channel c SET paused = p_paused
-    WHERE c.queue_id = v_queue_id AND c.name = p_channel;
+    WHERE c.queue_id = v_queue_id AND c.name = p_channel
+    RETURNING c.* INTO v_channel;
     IF NOT FOUND THEN
         RETURN 'not_found';
+    END IF;
+    -- Model A: a paused channel's messages are parked (unstamped), so the
+    -- claim never meets them; resuming puts them back (due: stamped by the
+    -- next dequeue; a limited channel: its head designated). Linear in the
+    -- channel's messages, on pause and resume only. (A claim in flight is
+    -- skipped, not waited for: it delivers that one message.)
+    UPDATE lonnymq.message m SET vt = NULL, due_ms = NULL, jump = false, gated = false
+    WHERE m.id IN (SELECT x.id FROM lonnymq.message x
+                   WHERE x.channel_id = v_channel.id AND x.locked_until_ms IS NULL
+                   FOR UPDATE SKIP LOCKED);
+    IF NOT p_paused THEN
+        IF lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms) THEN
+            PERFORM lonnymq._designate(v_channel, lonnymq._now_ms(), false);
+        ELSE
+            UPDATE lonnymq.message m SET due_ms = m.dequeue_ms
+            WHERE m.channel_id = v_channel.id AND m.locked_until_ms IS NULL AND m.vt IS NULL AND m.due_ms IS NULL;
+        END IF;
     END IF;
     IF NOT p_paused THEN
         -- Idle workers sleep until told: its waiting work is ready again.
