@@ -219,7 +219,10 @@ BEGIN
         SELECT q.id, c.id, message_create.content, message_create.state, v_dequeue_ms,
                message_create.priority, message_create.dedup_key,
                CASE WHEN v_dequeue_ms <= v_now_ms
-                    THEN greatest(lonnymq._vt_now(q.id), coalesce(l.vt + 1, 0)) END,
+                    THEN greatest(coalesce((SELECT v.vt FROM lonnymq.message v  -- V (see _vt_now)
+                                           WHERE v.queue_id = q.id AND v.vt IS NOT NULL
+                                           ORDER BY v.vt LIMIT 1), 0),
+                                  coalesce(l.vt + 1, 0)) END,
                CASE WHEN v_dequeue_ms > v_now_ms THEN v_dequeue_ms END,
                v_dequeue_ms <= v_now_ms AND coalesce(v_dequeue_ms < o.dequeue_ms, false)
         FROM lonnymq.queue q

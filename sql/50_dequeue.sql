@@ -28,7 +28,8 @@ $$;
 COMMENT ON FUNCTION lonnymq._dequeue_at(bigint, integer) IS 'The dequeue_at shown for a message.';
 
 -- V, the queue's virtual time: the smallest stamp ready (0 when none is).
--- Inlined into the statements that stamp.
+-- (PostgreSQL does not inline a function with a sub-select: the hot
+-- statements write it out.)
 CREATE OR REPLACE FUNCTION lonnymq._vt_now(p_queue_id integer) RETURNS bigint
 LANGUAGE sql STABLE
 AS $$
@@ -60,7 +61,9 @@ BEGIN
                   AND x.id = ANY (coalesce(p_ids, ARRAY[x.id]))
                 ORDER BY x.due_ms, x.id LIMIT 1000
                 FOR UPDATE SKIP LOCKED) d
-          CROSS JOIN (SELECT lonnymq._vt_now(p_queue_id) AS vt) v
+          CROSS JOIN (SELECT coalesce((SELECT y.vt FROM lonnymq.message y  -- V (see _vt_now)
+                                       WHERE y.queue_id = p_queue_id AND y.vt IS NOT NULL
+                                       ORDER BY y.vt LIMIT 1), 0) AS vt) v
           -- (A limited channel's head is its only stamped message.)
           LEFT JOIN LATERAL (SELECT y.vt FROM lonnymq.message y
                              WHERE y.queue_id = p_queue_id AND coalesce(y.channel_id, 0) = coalesce(d.channel_id, 0)
@@ -192,7 +195,9 @@ AS $$
 DECLARE
     v_now_ms bigint := lonnymq._now_ms();
     v_queue_id integer;
-    v_due boolean;
+    v_due boolean := false;
+    v_probed boolean := false;
+    v_pass integer;
     v_got integer := 0;
     v_again boolean;
     v_row record;
@@ -208,32 +213,25 @@ BEGIN
         END IF;
         PERFORM lonnymq._invalid('max_messages must be between 1 and 10000');
     END IF;
-    -- The probe: the queue, unless paused, and whether anything is due to be stamped.
-    SELECT q.id, EXISTS (SELECT 1 FROM lonnymq.message d WHERE d.queue_id = q.id AND d.due_ms <= v_now_ms)
-    INTO v_queue_id, v_due
-    FROM lonnymq.queue q WHERE q.name = message_dequeue.queue AND NOT q.paused;
-    IF v_queue_id IS NULL THEN
-        RETURN;
-    END IF;
-    IF v_due THEN
-        PERFORM lonnymq._stamp_due(v_queue_id, v_now_ms, NULL);
-    END IF;
     LOOP
         v_again := false;
+        v_pass := 0;
         -- The claim: expired locks (earliest expiry), then the smallest
         -- stamps, each arm an ordered index scan with SKIP LOCKED; the
         -- second runs only if the first leaves room.
         FOR v_row IN
-            WITH pick AS (
+            WITH queue AS (
+                SELECT q.id FROM lonnymq.queue q WHERE q.name = message_dequeue.queue AND NOT q.paused
+            ), pick AS (
                 SELECT e.id, true AS recovered, NULL::bigint AS vt, false AS gated
                 FROM (SELECT x.id FROM lonnymq.message x
-                      WHERE x.queue_id = v_queue_id AND x.locked_until_ms <= v_now_ms
+                      WHERE x.queue_id = (SELECT q.id FROM queue q) AND x.locked_until_ms <= v_now_ms
                       ORDER BY x.locked_until_ms, x.id LIMIT message_dequeue.max_messages - v_got
                       FOR UPDATE SKIP LOCKED) e
                 UNION ALL
                 SELECT r.id, false, r.vt, r.gated
                 FROM (SELECT x.id, x.vt, x.gated FROM lonnymq.message x
-                      WHERE x.queue_id = v_queue_id AND x.vt IS NOT NULL
+                      WHERE x.queue_id = (SELECT q.id FROM queue q) AND x.vt IS NOT NULL
                       ORDER BY x.vt, x.id LIMIT message_dequeue.max_messages - v_got
                       FOR UPDATE SKIP LOCKED) r
                 LIMIT message_dequeue.max_messages - v_got
@@ -267,12 +265,20 @@ BEGIN
                 FROM claimed k
             )
             SELECT b.id, b.channel_id, b.content, b.state, b.num_attempts, b.dequeue_ms, b.priority,
-                   b.channel_name, a.recovered, a.vt, b.gated, b.max_attempts, b.jumped
+                   b.channel_name, a.recovered, a.vt, b.gated, b.max_attempts, b.jumped,
+                   -- Whether messages are due to be stamped (scheduled, deferred,
+                   -- rate-limited heads): stamped after this claim, for the next.
+                   (SELECT true FROM lonnymq.message d
+                    WHERE d.queue_id = (SELECT q.id FROM queue q) AND d.due_ms <= v_now_ms LIMIT 1) AS due,
+                   (SELECT q.id FROM queue q) AS queue_id
             FROM ranked a
             JOIN ranked b ON b.recovered = a.recovered AND coalesce(b.channel_id, 0) = coalesce(a.channel_id, 0)
                          AND b.place = a.slot
             ORDER BY a.recovered DESC, a.vt, a.id
         LOOP
+            v_pass := v_pass + 1;
+            v_queue_id := v_row.queue_id;
+            v_due := v_due OR coalesce(v_row.due, false);
             IF v_row.gated THEN
                 PERFORM lonnymq._gate_next(v_row.channel_id, v_now_ms);
                 v_again := true;
@@ -308,8 +314,28 @@ BEGIN
             v_got := v_got + 1;
             RETURN NEXT;
         END LOOP;
+        -- Short of n, once: due messages stamped and claimed in a second
+        -- pass. When nothing was claimed, the probe first (the queue, unless
+        -- paused, and whether anything is due).
+        IF v_got < message_dequeue.max_messages AND NOT v_probed AND (v_pass = 0 OR v_due) THEN
+            v_probed := true;
+            IF v_pass = 0 THEN
+                SELECT q.id, EXISTS (SELECT 1 FROM lonnymq.message d
+                                     WHERE d.queue_id = q.id AND d.due_ms <= v_now_ms)
+                INTO v_queue_id, v_due
+                FROM lonnymq.queue q WHERE q.name = message_dequeue.queue AND NOT q.paused;
+            END IF;
+            IF v_due THEN
+                PERFORM lonnymq._stamp_due(v_queue_id, v_now_ms, NULL);
+                v_due := false;
+                v_again := true;
+            END IF;
+        END IF;
         EXIT WHEN NOT v_again OR v_got >= message_dequeue.max_messages;
     END LOOP;
+    IF v_due THEN
+        PERFORM lonnymq._stamp_due(v_queue_id, v_now_ms, NULL);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
