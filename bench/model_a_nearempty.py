@@ -213,8 +213,12 @@ def statements(systems: list[str], n: int = 300) -> None:
                         "AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                         "GROUP BY toplevel ORDER BY toplevel")
         counts = {line.split("|")[0]: int(line.split("|")[1]) for line in rows.splitlines()}
+        ms = float(psql(db, "SELECT sum(total_exec_time) FROM pg_stat_statements WHERE toplevel "
+                            "AND query NOT LIKE '%pg_stat_statements%' "
+                            "AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"))
         top, nested = counts.get("t", 0) / n, counts.get("f", 0) / n
-        log(f"{system}: {top:.2f} client + {nested:.2f} nested = {top + nested:.2f} statements per lifecycle")
+        log(f"{system}: {top:.2f} client + {nested:.2f} nested = {top + nested:.2f} statements per lifecycle; "
+            f"{1000 * ms / n:.0f} us of server time per lifecycle (nested tracked)")
 
 
 def main() -> None:

@@ -39,9 +39,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._vt_now(integer) IS 'The queue''s virtual time: its smallest ready stamp, or 0.';
 
--- Stamps due messages (scheduled, deferred, rate-limited heads, new ones
--- placed by _place), earliest first, at most 1000 a call (p_ids: those
--- only): each gets max(V, its channel's latest stamp + 1), consecutive
+-- Stamps due messages (scheduled, deferred, rate-limited heads), earliest
+-- first, at most 100 a call; or (p_ids) those of them just placed by _place: each gets max(V, its channel's latest stamp + 1), consecutive
 -- within a channel in (dequeue_ms, id) order. One that goes before its
 -- channel's latest stamped message in order (not itself a jump) is marked
 -- jump: the claim that meets a later one delivers it first (_swap_jump).
@@ -56,11 +55,14 @@ BEGIN
                    + pg_catalog.row_number() OVER (PARTITION BY coalesce(d.channel_id, 0)
                                                    ORDER BY d.dequeue_ms, d.id) - 1 AS vt,
                  coalesce((d.dequeue_ms, d.id) < (o.dequeue_ms, o.id), false) AS jump
-          FROM (SELECT x.id, x.channel_id, x.dequeue_ms, x.gated FROM lonnymq.message x
-                WHERE x.queue_id = p_queue_id AND x.due_ms <= p_now_ms
-                  AND x.id = ANY (coalesce(p_ids, ARRAY[x.id]))
-                ORDER BY x.due_ms, x.id LIMIT 1000
-                FOR UPDATE SKIP LOCKED) d
+          FROM (SELECT * FROM (SELECT x.id, x.channel_id, x.dequeue_ms, x.gated FROM lonnymq.message x
+                               WHERE p_ids IS NULL AND x.queue_id = p_queue_id AND x.due_ms <= p_now_ms
+                               ORDER BY x.due_ms, x.id LIMIT 100
+                               FOR UPDATE SKIP LOCKED) a
+                UNION ALL
+                SELECT * FROM (SELECT x.id, x.channel_id, x.dequeue_ms, x.gated FROM lonnymq.message x
+                               WHERE p_ids IS NOT NULL AND x.id = ANY (p_ids) AND (x.due_ms <= p_now_ms) IS TRUE  -- (by id)
+                               FOR UPDATE) b) d
           CROSS JOIN (SELECT coalesce((SELECT y.vt FROM lonnymq.message y  -- V (see _vt_now)
                                        WHERE y.queue_id = p_queue_id AND y.vt IS NOT NULL
                                        ORDER BY y.vt LIMIT 1), 0) AS vt) v
