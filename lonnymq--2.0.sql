@@ -167,6 +167,8 @@ CREATE TABLE lonnymq.channel (
     lock_key integer NOT NULL GENERATED ALWAYS AS (lonnymq._channel_lock_key(queue_id, name)) STORED,
     -- channel_pause: out of the ready index (below), so dequeue never meets it.
     paused boolean NOT NULL DEFAULT false,
+    -- model A, limited channels: the stamp of the head last claimed.
+    last_vt bigint,
     UNIQUE (queue_id, name)
 ) WITH (fillfactor = 20);
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;
@@ -915,14 +917,14 @@ $$;
 COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
 
 -- Whether a channel's policy limits its dequeues (model A: its messages are
--- parked and one head at a time is stamped, under the channel row).
+-- parked and only as many heads as it has free slots are stamped).
 CREATE OR REPLACE FUNCTION lonnymq._gated(p_max_concurrency integer, p_release_interval_ms bigint)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0
 $$;
-COMMENT ON FUNCTION lonnymq._gated(integer, bigint) IS 'Whether a channel policy limits dequeues (one head at a time).';
+COMMENT ON FUNCTION lonnymq._gated(integer, bigint) IS 'Whether a channel policy limits dequeues (heads stamped per free slot).';
 
 -- Removes a locked message (complete, fail, dead-letter); for a limited
 -- channel, gives its slot back and designates the next head; for a capped
@@ -1446,6 +1448,17 @@ BEGIN
             v_notified := lonnymq._notify_waiters(message_create.queue, 'created');
             RETURN;
         END IF;
+        IF message_create.dedup_key IS NOT NULL THEN
+            -- Nothing inserted: a live duplicate is the answer as it stands.
+            id := lonnymq._live_duplicate((SELECT q.id FROM lonnymq.queue q WHERE q.name = message_create.queue),
+                                          (SELECT c.id FROM lonnymq.channel c JOIN lonnymq.queue q ON q.id = c.queue_id
+                                           WHERE q.name = message_create.queue AND c.name = message_create.channel),
+                                          message_create.dedup_key);
+            IF id IS NOT NULL THEN
+                status := 'deduplicated';
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     -- New queue or channel, or a capacity.
     SELECT r.status, r.id INTO status, id
@@ -1930,9 +1943,10 @@ COMMENT ON FUNCTION lonnymq._publish(text, text[], bytea[], timestamptz[], text[
 -- Rare cases follow the claim, row by row: a limited channel's next head
 -- (_gate_next), a delivery out of attempts (dead-lettered), a message that
 -- a priority or back-dated one must go before (_swap_jump).
--- Limited channels (max_concurrency, release_interval_ms) keep one stamped
--- or due message at a time, their head, designated under their row lock
--- (_designate): a slot and the rate are checked before a head is stamped.
+-- Limited channels (max_concurrency, release_interval_ms) keep their
+-- messages parked and stamp only as many heads as they have free slots (one
+-- at a time under a rate limit, due when it may go), under their row lock
+-- (_designate): a head claimed is a slot already counted.
 -- ===========================================================================
 
 -- The dequeue_at a delivery reports: priority messages show their creation
@@ -1968,7 +1982,7 @@ BEGIN
     UPDATE lonnymq.message m
     SET vt = s.vt, due_ms = NULL, jump = s.jump
     FROM (SELECT d.id,
-                 greatest(v.vt, coalesce(l.vt + 1, 0))
+                 greatest(v.vt, coalesce(l.vt + 1, 0)) + coalesce((g.last_vt >= v.vt)::integer, 0)
                    + pg_catalog.row_number() OVER (PARTITION BY coalesce(d.channel_id, 0)
                                                    ORDER BY d.dequeue_ms, d.id) - 1 AS vt,
                  coalesce((d.dequeue_ms, d.id) < (o.dequeue_ms, o.id), false) AS jump
@@ -1991,71 +2005,80 @@ BEGIN
           LEFT JOIN LATERAL (SELECT y.dequeue_ms, y.id FROM lonnymq.message y
                              WHERE y.queue_id = p_queue_id AND coalesce(y.channel_id, 0) = coalesce(d.channel_id, 0)
                                AND y.vt IS NOT NULL AND NOT y.jump
-                             ORDER BY y.vt DESC LIMIT 1) o ON NOT d.gated) s
+                             ORDER BY y.vt DESC LIMIT 1) o ON NOT d.gated
+          -- (A limited head: one level after its channel's last turn, see _designate.)
+          LEFT JOIN LATERAL (SELECT c.last_vt FROM lonnymq.channel c WHERE c.id = d.channel_id) g ON d.gated) s
     WHERE m.id = s.id;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._stamp_due(integer, bigint, bigint[]) IS 'Stamps due messages (lazy stamping).';
 
--- Designates a limited channel's next head, if it may have one now: a free
--- slot, no head already, not paused. The head is its first parked message;
--- stamped now, or due when the rate limit lets it go. With p_reconsider (a
--- producer just added a message that may go first), a head not in flight is
--- parked again first, so the channel's first message becomes the head. The
--- caller holds the channel row (FOR NO KEY UPDATE).
+-- Designates a limited channel's heads: its first parked messages, as many
+-- as it has free slots (one at a time under a rate limit, due when the rate
+-- lets it go), so that locked + heads never exceeds max_concurrency. Each is
+-- stamped as an unlimited channel's backlog would be, its first one level
+-- after the channel's last turn if that was at the current level. With
+-- p_reconsider (a producer just added a message that may go first), heads
+-- not in flight are parked again first. The caller holds the channel row
+-- (FOR NO KEY UPDATE).
 CREATE OR REPLACE FUNCTION lonnymq._designate(p_channel lonnymq.channel, p_now_ms bigint, p_reconsider boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_head record;
+    v_heads integer;
+    v_last bigint;
+    v_v bigint;
     v_due_ms bigint;
 BEGIN
-    IF p_channel.paused OR p_channel.locked_count >= coalesce(p_channel.max_concurrency, 2147483647) THEN
+    IF p_channel.paused THEN
         RETURN;
     END IF;
     IF p_reconsider THEN
         -- (SKIP LOCKED: a head being claimed is left to its claimer.)
         UPDATE lonnymq.message m SET vt = NULL, due_ms = NULL, gated = false
-        WHERE m.id = (SELECT h.id FROM lonnymq.message h
-                      WHERE h.channel_id = p_channel.id AND h.gated AND h.locked_until_ms IS NULL
-                      LIMIT 1 FOR UPDATE SKIP LOCKED);
+        WHERE m.id = ANY (ARRAY(SELECT h.id FROM lonnymq.message h
+                                WHERE h.channel_id = p_channel.id AND h.gated AND h.locked_until_ms IS NULL
+                                FOR UPDATE SKIP LOCKED));
     END IF;
-    IF EXISTS (SELECT 1 FROM lonnymq.message h
-               WHERE h.channel_id = p_channel.id AND h.gated AND h.locked_until_ms IS NULL) THEN
-        RETURN;
-    END IF;
-    SELECT p.id, p.dequeue_ms INTO v_head FROM lonnymq.message p
-    WHERE p.channel_id = p_channel.id AND p.vt IS NULL AND p.due_ms IS NULL AND p.locked_until_ms IS NULL
-    ORDER BY p.dequeue_ms, p.id LIMIT 1
-    FOR UPDATE SKIP LOCKED;
-    IF v_head.id IS NULL THEN
-        RETURN;
-    END IF;
-    v_due_ms := greatest(v_head.dequeue_ms,
-                         CASE WHEN p_channel.turn_seq > 0
-                              THEN p_channel.last_turn_ms + p_channel.release_interval_ms END);
-    UPDATE lonnymq.message m
-    SET gated = true,
-        vt = CASE WHEN v_due_ms <= p_now_ms THEN lonnymq._vt_now(p_channel.queue_id) END,
-        due_ms = CASE WHEN v_due_ms > p_now_ms THEN v_due_ms END
-    WHERE m.id = v_head.id;
+    LOOP
+        SELECT pg_catalog.count(*), pg_catalog.max(h.vt) INTO v_heads, v_last FROM lonnymq.message h
+        WHERE h.channel_id = p_channel.id AND h.gated AND h.locked_until_ms IS NULL;
+        EXIT WHEN p_channel.locked_count + v_heads >= coalesce(p_channel.max_concurrency, 2147483647)
+               OR (p_channel.release_interval_ms > 0 AND v_heads > 0);
+        SELECT p.id, p.dequeue_ms INTO v_head FROM lonnymq.message p
+        WHERE p.channel_id = p_channel.id AND p.vt IS NULL AND p.due_ms IS NULL AND p.locked_until_ms IS NULL
+        ORDER BY p.dequeue_ms, p.id LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        EXIT WHEN v_head.id IS NULL;
+        v_due_ms := greatest(v_head.dequeue_ms,
+                             CASE WHEN p_channel.turn_seq > 0
+                                  THEN p_channel.last_turn_ms + p_channel.release_interval_ms END);
+        v_v := lonnymq._vt_now(p_channel.queue_id);
+        UPDATE lonnymq.message m
+        SET gated = true,
+            vt = CASE WHEN v_due_ms <= p_now_ms
+                      THEN greatest(v_v + coalesce((p_channel.last_vt >= v_v)::integer, 0), v_last + 1) END,
+            due_ms = CASE WHEN v_due_ms > p_now_ms THEN v_due_ms END
+        WHERE m.id = v_head.id;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION lonnymq._designate(lonnymq.channel, bigint, boolean)
-    IS 'Stamps (or schedules) a limited channel''s next head when a slot and the rate allow.';
+    IS 'Stamps (or schedules) a limited channel''s heads, as many as its free slots and rate allow.';
 
 -- After a limited channel's head was claimed: its slot counted, its turn
 -- recorded, its next head designated. Waits for the channel row: producers
 -- and settlers of a limited channel hold it briefly (an exact limit needs it).
-CREATE OR REPLACE FUNCTION lonnymq._gate_next(p_channel_id bigint, p_now_ms bigint) RETURNS void
+CREATE OR REPLACE FUNCTION lonnymq._gate_next(p_channel_id bigint, p_vt bigint, p_now_ms bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
     UPDATE lonnymq.channel c
-    SET locked_count = c.locked_count + 1, last_turn_ms = p_now_ms, turn_seq = c.turn_seq + 1
+    SET locked_count = c.locked_count + 1, last_turn_ms = p_now_ms, turn_seq = c.turn_seq + 1, last_vt = p_vt
     WHERE c.id = p_channel_id
     RETURNING c.* INTO v_channel;
     -- (A channel_set may have lifted its limits meanwhile: no head then.)
@@ -2064,7 +2087,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._gate_next(bigint, bigint) IS 'Counts a limited channel''s claimed head and designates the next.';
+COMMENT ON FUNCTION lonnymq._gate_next(bigint, bigint, bigint) IS 'Counts a limited channel''s claimed head and designates the next.';
 
 -- A claimed message whose channel has a stamped message that goes before it
 -- (priority, back-dated): that one is delivered instead and takes over the
@@ -2122,6 +2145,8 @@ DECLARE
     v_row record;
     v_id bigint;
     v_dead lonnymq.message;
+    v_swap boolean := false;
+    v_max_attempts integer;
 BEGIN
     IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
        OR message_dequeue.lock_ms IS NULL OR message_dequeue.lock_ms NOT BETWEEN 1 AND 31557600000000
@@ -2197,23 +2222,19 @@ BEGIN
         LOOP
             v_pass := v_pass + 1;
             v_queue_id := v_row.queue_id;
-            v_due := v_due OR coalesce(v_row.due, false);
-            IF v_row.gated THEN
-                PERFORM lonnymq._gate_next(v_row.channel_id, v_now_ms);
-                v_again := true;
+            IF v_row.due AND NOT v_probed THEN
+                -- Due messages are stamped before any delivery: one may go
+                -- before a claimed message in its channel (the swap below).
+                PERFORM lonnymq._stamp_due(v_queue_id, v_now_ms, NULL);
+                v_probed := true;
+                v_swap := true;
             END IF;
-            IF v_row.num_attempts > v_row.max_attempts THEN
-                SELECT m.* INTO v_dead FROM lonnymq.message m WHERE m.id = v_row.id;
-                v_dead.num_attempts := v_dead.num_attempts - 1;  -- the attempts it had
-                PERFORM lonnymq._settle_locked(v_dead, 'dead',
-                    pg_catalog.format('out of attempts after attempt %s of %s',
-                                      v_dead.num_attempts, v_row.max_attempts));
-                PERFORM lonnymq._notify('lonnymq_dead', message_dequeue.queue, 'dead');
+            IF v_row.gated THEN
+                PERFORM lonnymq._gate_next(v_row.channel_id, v_row.vt, v_now_ms);
                 v_again := true;
-                CONTINUE;
             END IF;
             v_id := v_row.id;
-            IF v_row.jumped THEN
+            IF (v_row.jumped OR v_swap) AND NOT v_row.recovered AND NOT v_row.gated THEN
                 v_id := lonnymq._swap_jump(v_row.id, v_row.vt);
             END IF;
             IF v_id = v_row.id THEN
@@ -2223,27 +2244,37 @@ BEGIN
                 state := v_row.state;
                 num_attempts := v_row.num_attempts;
                 dequeue_at := lonnymq._dequeue_at(v_row.dequeue_ms, v_row.priority);
+                v_max_attempts := v_row.max_attempts;
             ELSE
-                SELECT m.id, (SELECT c.name FROM lonnymq.channel c WHERE c.id = m.channel_id), m.content, m.state,
-                       m.num_attempts, lonnymq._dequeue_at(m.dequeue_ms, m.priority)
-                INTO id, channel, content, state, num_attempts, dequeue_at
-                FROM lonnymq.message m WHERE m.id = v_id;
+                SELECT m.id, c.name, m.content, m.state, m.num_attempts,
+                       lonnymq._dequeue_at(m.dequeue_ms, m.priority), c.max_attempts
+                INTO id, channel, content, state, num_attempts, dequeue_at, v_max_attempts
+                FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id WHERE m.id = v_id;
+            END IF;
+            IF num_attempts > v_max_attempts THEN
+                SELECT m.* INTO v_dead FROM lonnymq.message m WHERE m.id = v_id;
+                v_dead.num_attempts := v_dead.num_attempts - 1;  -- the attempts it had
+                PERFORM lonnymq._settle_locked(v_dead, 'dead',
+                    pg_catalog.format('out of attempts after attempt %s of %s',
+                                      v_dead.num_attempts, v_max_attempts));
+                PERFORM lonnymq._notify('lonnymq_dead', message_dequeue.queue, 'dead');
+                v_again := true;
+                CONTINUE;
             END IF;
             recovered := v_row.recovered;
             v_got := v_got + 1;
             RETURN NEXT;
         END LOOP;
-        -- Short of n, once: due messages stamped and claimed in a second
-        -- pass. When nothing was claimed, the probe first (the queue, unless
-        -- paused, and whether anything is due).
-        IF v_got < message_dequeue.max_messages AND NOT v_probed AND (v_pass = 0 OR v_due) THEN
+        -- Due messages were stamped during this pass: they may be next.
+        v_again := v_again OR (v_swap AND v_pass > 0);
+        -- Nothing claimed: the probe (the queue, unless paused, and whether
+        -- anything is due), and a second pass when something was stamped.
+        IF v_pass = 0 AND NOT v_probed THEN
             v_probed := true;
-            IF v_pass = 0 THEN
-                SELECT q.id, EXISTS (SELECT 1 FROM lonnymq.message d
-                                     WHERE d.queue_id = q.id AND d.due_ms <= v_now_ms)
-                INTO v_queue_id, v_due
-                FROM lonnymq.queue q WHERE q.name = message_dequeue.queue AND NOT q.paused;
-            END IF;
+            SELECT q.id, EXISTS (SELECT 1 FROM lonnymq.message d
+                                 WHERE d.queue_id = q.id AND d.due_ms <= v_now_ms)
+            INTO v_queue_id, v_due
+            FROM lonnymq.queue q WHERE q.name = message_dequeue.queue AND NOT q.paused;
             IF v_due THEN
                 PERFORM lonnymq._stamp_due(v_queue_id, v_now_ms, NULL);
                 v_due := false;
@@ -2252,9 +2283,6 @@ BEGIN
         END IF;
         EXIT WHEN NOT v_again OR v_got >= message_dequeue.max_messages;
     END LOOP;
-    IF v_due THEN
-        PERFORM lonnymq._stamp_due(v_queue_id, v_now_ms, NULL);
-    END IF;
 END
 $$;
 COMMENT ON FUNCTION lonnymq.message_dequeue(text, bigint, integer)
@@ -3029,7 +3057,8 @@ AS $$
     SELECT pg_catalog.format('channel %s/%s: %s heads', n.queue_name, n.name, h.heads)
     FROM named n CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS heads FROM lonnymq.message m
                                      WHERE m.channel_id = n.id AND m.gated AND m.locked_until_ms IS NULL) h
-    WHERE h.heads > 1
+    WHERE n.locked_count + h.heads > coalesce(n.max_concurrency, 2147483647)
+       OR (h.heads > 1 AND n.release_interval_ms > 0)
        OR (h.heads > 0 AND NOT lonnymq._gated(n.max_concurrency, n.release_interval_ms))
        OR (h.heads = 0 AND lonnymq._gated(n.max_concurrency, n.release_interval_ms) AND NOT n.paused
            AND n.locked_count < coalesce(n.max_concurrency, 2147483647)

@@ -60,6 +60,8 @@ CREATE TABLE lonnymq.channel (
     lock_key integer NOT NULL GENERATED ALWAYS AS (lonnymq._channel_lock_key(queue_id, name)) STORED,
     -- channel_pause: out of the ready index (below), so dequeue never meets it.
     paused boolean NOT NULL DEFAULT false,
+    -- model A, limited channels: the stamp of the head last claimed.
+    last_vt bigint,
     UNIQUE (queue_id, name)
 ) WITH (fillfactor = 20);
 ALTER SEQUENCE lonnymq.channel_id_seq OWNED BY lonnymq.channel.id;

@@ -589,14 +589,14 @@ $$;
 COMMENT ON FUNCTION lonnymq._require_read_committed(text) IS 'Refuses (0A000) outside READ COMMITTED.';
 
 -- Whether a channel's policy limits its dequeues (model A: its messages are
--- parked and one head at a time is stamped, under the channel row).
+-- parked and only as many heads as it has free slots are stamped).
 CREATE OR REPLACE FUNCTION lonnymq._gated(p_max_concurrency integer, p_release_interval_ms bigint)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT p_max_concurrency IS NOT NULL OR p_release_interval_ms > 0
 $$;
-COMMENT ON FUNCTION lonnymq._gated(integer, bigint) IS 'Whether a channel policy limits dequeues (one head at a time).';
+COMMENT ON FUNCTION lonnymq._gated(integer, bigint) IS 'Whether a channel policy limits dequeues (heads stamped per free slot).';
 
 -- Removes a locked message (complete, fail, dead-letter); for a limited
 -- channel, gives its slot back and designates the next head; for a capped

@@ -251,6 +251,17 @@ BEGIN
             v_notified := lonnymq._notify_waiters(message_create.queue, 'created');
             RETURN;
         END IF;
+        IF message_create.dedup_key IS NOT NULL THEN
+            -- Nothing inserted: a live duplicate is the answer as it stands.
+            id := lonnymq._live_duplicate((SELECT q.id FROM lonnymq.queue q WHERE q.name = message_create.queue),
+                                          (SELECT c.id FROM lonnymq.channel c JOIN lonnymq.queue q ON q.id = c.queue_id
+                                           WHERE q.name = message_create.queue AND c.name = message_create.channel),
+                                          message_create.dedup_key);
+            IF id IS NOT NULL THEN
+                status := 'deduplicated';
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     -- New queue or channel, or a capacity.
     SELECT r.status, r.id INTO status, id

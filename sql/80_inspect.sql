@@ -219,7 +219,8 @@ AS $$
     SELECT pg_catalog.format('channel %s/%s: %s heads', n.queue_name, n.name, h.heads)
     FROM named n CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS heads FROM lonnymq.message m
                                      WHERE m.channel_id = n.id AND m.gated AND m.locked_until_ms IS NULL) h
-    WHERE h.heads > 1
+    WHERE n.locked_count + h.heads > coalesce(n.max_concurrency, 2147483647)
+       OR (h.heads > 1 AND n.release_interval_ms > 0)
        OR (h.heads > 0 AND NOT lonnymq._gated(n.max_concurrency, n.release_interval_ms))
        OR (h.heads = 0 AND lonnymq._gated(n.max_concurrency, n.release_interval_ms) AND NOT n.paused
            AND n.locked_count < coalesce(n.max_concurrency, 2147483647)
