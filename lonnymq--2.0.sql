@@ -3115,6 +3115,9 @@ BEGIN
     PERFORM lonnymq._check_name(p_queue, 'queue', false);
     PERFORM lonnymq._check_name(p_channel, 'channel', false);
     v_queue_id := lonnymq._queue_id(p_queue, false);
+    -- Model A: FOR UPDATE first, like channel_set: waits for producers in
+    -- flight (their pins), whose messages the park below must see.
+    PERFORM 1 FROM lonnymq.channel c WHERE c.queue_id = v_queue_id AND c.name = p_channel FOR UPDATE;
     UPDATE lonnymq.channel c SET paused = p_paused
     WHERE c.queue_id = v_queue_id AND c.name = p_channel
     RETURNING c.* INTO v_channel;

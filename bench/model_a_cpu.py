@@ -8,6 +8,7 @@ off; rounds interleave the systems (order reversed every other round); µs of CP
 Databases as set up by model_a_nearempty.py.
 
     python3 bench/model_a_cpu.py --rounds 7 --lifecycles 2000
+    python3 bench/model_a_cpu.py --rounds 4 --lifecycles 4000 --no-vacuum --systems lonnymq_1.12,model_a
 """
 
 from __future__ import annotations
@@ -66,9 +67,20 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def measure(system: str, n: int) -> float:
-    """µs of the backend's CPU per lifecycle, after a warm-up of 200 lifecycles in the same backend."""
+VACUUMED = {
+    "floor": "floor.message", "pgmq": "pgmq.q_bench, pgmq.a_bench", "original": "lonny_up.message, lonny_up.channel",
+    "lonnymq_1.12": "lonnymq.message, lonnymq.channel, lonnymq.channel_hint", "model_a": "lonnymq.message, lonnymq.channel",
+}
+
+
+def measure(system: str, n: int, vacuum: bool = True) -> float:
+    """µs of the backend's CPU per lifecycle, after a VACUUM of its tables (the same starting line for
+    every system: what dead index entries cost between vacuums is the held-snapshot question, not
+    this one) and a warm-up of 200 lifecycles in the same backend."""
     db, body = LOOPS[system]
+    if vacuum:
+        subprocess.run([str(PGBIN / "psql"), "-XAtq", "-h", "127.0.0.1", "-p", PORT, "-U", "postgres", "-d", db,
+                        "-c", f"VACUUM {VACUUMED[system]}"], check=True, capture_output=True)
     do = ("DO $$ DECLARE v_id bigint; v_na bigint; p bytea := '" + PAYLOAD + "'::bytea; "
           "BEGIN FOR i IN 1..{n} LOOP " + body + " END LOOP; END $$;\n")
     s = psql_session(db)
@@ -92,13 +104,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--lifecycles", type=int, default=2000)
     parser.add_argument("--systems", default=",".join(LOOPS))
+    parser.add_argument("--no-vacuum", action="store_true",
+                        help="no VACUUM before a measurement: dead entries pile up from round to round "
+                             "(autovacuum off for these tables meanwhile)")
     args = parser.parse_args()
     systems = args.systems.split(",")
     rows = []
     for r in range(args.rounds):
         row = {}
         for system in systems if r % 2 == 0 else reversed(systems):
-            row[system] = measure(system, args.lifecycles)
+            row[system] = measure(system, args.lifecycles, not args.no_vacuum)
         rows.append(row)
         print(f"[{time.strftime('%H:%M:%S')}] round {r + 1}: "
               + ", ".join(f"{s} {v:.0f}" for s, v in row.items()), flush=True)
