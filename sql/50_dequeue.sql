@@ -106,11 +106,18 @@ BEGIN
         RETURN;
     END IF;
     IF p_reconsider THEN
-        -- (SKIP LOCKED: a head being claimed is left to its claimer.)
+        -- Only heads that a parked message goes before are parked again
+        -- (SKIP LOCKED: a head being claimed is left to its claimer); a
+        -- message appended at the back touches no head.
         UPDATE lonnymq.message m SET vt = NULL, due_ms = NULL, gated = false
-        WHERE m.id = ANY (ARRAY(SELECT h.id FROM lonnymq.message h
-                                WHERE h.channel_id = p_channel.id AND h.gated AND h.locked_until_ms IS NULL
-                                FOR UPDATE SKIP LOCKED));
+        WHERE m.id = ANY (ARRAY(
+            SELECT h.id FROM lonnymq.message h
+            WHERE h.channel_id = p_channel.id AND h.gated AND h.locked_until_ms IS NULL
+              AND (h.dequeue_ms, h.id) > (SELECT p.dequeue_ms, p.id FROM lonnymq.message p
+                                          WHERE p.channel_id = p_channel.id AND p.vt IS NULL AND p.due_ms IS NULL
+                                            AND p.locked_until_ms IS NULL
+                                          ORDER BY p.dequeue_ms, p.id LIMIT 1)
+            FOR UPDATE SKIP LOCKED));
     END IF;
     LOOP
         SELECT pg_catalog.count(*), pg_catalog.max(h.vt) INTO v_heads, v_last FROM lonnymq.message h
@@ -138,26 +145,36 @@ $$;
 COMMENT ON FUNCTION lonnymq._designate(lonnymq.channel, bigint, boolean)
     IS 'Stamps (or schedules) a limited channel''s heads, as many as its free slots and rate allow.';
 
--- After a limited channel's head was claimed: its slot counted, its turn
--- recorded, its next head designated. Waits for the channel row: producers
--- and settlers of a limited channel hold it briefly (an exact limit needs it).
-CREATE OR REPLACE FUNCTION lonnymq._gate_next(p_channel_id bigint, p_vt bigint, p_now_ms bigint) RETURNS void
+-- After limited channels' heads were claimed (p_channels, one entry per
+-- head, all claimed by the same statement): each slot counted and turn
+-- recorded, then each channel's next heads designated, only once every head
+-- of the statement is counted (a head counted later would let the first
+-- designation exceed max_concurrency). Waits for the channel rows: producers
+-- and settlers of a limited channel hold them briefly (an exact limit needs it).
+CREATE OR REPLACE FUNCTION lonnymq._gate_next(p_channels bigint[], p_vts bigint[], p_now_ms bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_channel lonnymq.channel;
 BEGIN
     UPDATE lonnymq.channel c
-    SET locked_count = c.locked_count + 1, last_turn_ms = p_now_ms, turn_seq = c.turn_seq + 1, last_vt = p_vt
-    WHERE c.id = p_channel_id
-    RETURNING c.* INTO v_channel;
-    -- (A channel_set may have lifted its limits meanwhile: no head then.)
-    IF lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms) THEN
-        PERFORM lonnymq._designate(v_channel, p_now_ms, false);
-    END IF;
+    SET locked_count = c.locked_count + k.n, last_turn_ms = p_now_ms, turn_seq = c.turn_seq + 1, last_vt = k.vt
+    FROM (SELECT u.channel_id, pg_catalog.count(*) AS n, pg_catalog.max(u.vt) AS vt
+          FROM ROWS FROM (pg_catalog.unnest(p_channels), pg_catalog.unnest(p_vts)) AS u(channel_id, vt)
+          GROUP BY u.channel_id) k
+    WHERE c.id = k.channel_id;
+    -- (A channel_set may have lifted its limits meanwhile: no heads then.)
+    FOR v_channel IN
+        SELECT c.* FROM lonnymq.channel c WHERE c.id = ANY (p_channels) ORDER BY c.id
+    LOOP
+        IF lonnymq._gated(v_channel.max_concurrency, v_channel.release_interval_ms) THEN
+            PERFORM lonnymq._designate(v_channel, p_now_ms, false);
+        END IF;
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION lonnymq._gate_next(bigint, bigint, bigint) IS 'Counts a limited channel''s claimed head and designates the next.';
+COMMENT ON FUNCTION lonnymq._gate_next(bigint[], bigint[], bigint)
+    IS 'Counts limited channels'' claimed heads, then designates their next heads.';
 
 -- A claimed message whose channel has a stamped message that goes before it
 -- (priority, back-dated): that one is delivered instead and takes over the
@@ -216,6 +233,11 @@ DECLARE
     v_id bigint;
     v_dead lonnymq.message;
     v_swap boolean := false;
+    v_gated bigint[] := '{}';
+    v_dead_ids bigint[] := '{}';
+    v_dead_max integer[] := '{}';
+    v_i integer;
+    v_gated_vt bigint[] := '{}';
     v_max_attempts integer;
 BEGIN
     IF message_dequeue.queue IS NULL OR pg_catalog.length(message_dequeue.queue) NOT BETWEEN 1 AND 256
@@ -300,8 +322,9 @@ BEGIN
                 v_swap := true;
             END IF;
             IF v_row.gated THEN
-                PERFORM lonnymq._gate_next(v_row.channel_id, v_row.vt, v_now_ms);
-                v_again := true;
+                -- (Counted below, once the whole statement's heads are known.)
+                v_gated := v_gated || v_row.channel_id;
+                v_gated_vt := v_gated_vt || v_row.vt;
             END IF;
             v_id := v_row.id;
             IF (v_row.jumped OR v_swap) AND NOT v_row.recovered AND NOT v_row.gated THEN
@@ -322,19 +345,31 @@ BEGIN
                 FROM lonnymq.message m LEFT JOIN lonnymq.channel c ON c.id = m.channel_id WHERE m.id = v_id;
             END IF;
             IF num_attempts > v_max_attempts THEN
-                SELECT m.* INTO v_dead FROM lonnymq.message m WHERE m.id = v_id;
-                v_dead.num_attempts := v_dead.num_attempts - 1;  -- the attempts it had
-                PERFORM lonnymq._settle_locked(v_dead, 'dead',
-                    pg_catalog.format('out of attempts after attempt %s of %s',
-                                      v_dead.num_attempts, v_max_attempts));
-                PERFORM lonnymq._notify('lonnymq_dead', message_dequeue.queue, 'dead');
-                v_again := true;
+                -- Dead-lettered below, once the statement's heads are counted.
+                v_dead_ids := v_dead_ids || v_id;
+                v_dead_max := v_dead_max || v_max_attempts;
                 CONTINUE;
             END IF;
             recovered := v_row.recovered;
             v_got := v_got + 1;
             RETURN NEXT;
         END LOOP;
+        IF pg_catalog.cardinality(v_gated) > 0 THEN
+            PERFORM lonnymq._gate_next(v_gated, v_gated_vt, v_now_ms);
+            v_gated := '{}';
+            v_gated_vt := '{}';
+            v_again := true;
+        END IF;
+        FOR v_i IN 1 .. pg_catalog.cardinality(v_dead_ids) LOOP
+            SELECT m.* INTO v_dead FROM lonnymq.message m WHERE m.id = v_dead_ids[v_i];
+            v_dead.num_attempts := v_dead.num_attempts - 1;  -- the attempts it had
+            PERFORM lonnymq._settle_locked(v_dead, 'dead',
+                pg_catalog.format('out of attempts after attempt %s of %s', v_dead.num_attempts, v_dead_max[v_i]));
+            PERFORM lonnymq._notify('lonnymq_dead', message_dequeue.queue, 'dead');
+            v_again := true;
+        END LOOP;
+        v_dead_ids := '{}';
+        v_dead_max := '{}';
         -- Due messages were stamped during this pass: they may be next.
         v_again := v_again OR (v_swap AND v_pass > 0);
         -- Nothing claimed: the probe (the queue, unless paused, and whether
