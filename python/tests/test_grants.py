@@ -123,11 +123,16 @@ def test_the_consumer_runs_a_worker_through_idle_periods(
         thread = start_worker(worker)
         for content in (b"first", b"second"):
             # Nothing to do: the worker sleeps, announced as a waiter (wait_begin) by its role.
+            # Checked together: a slot freeing up wakes the worker between the two reads.
+            def idle_and_announced() -> bool:
+                return worker.sleeping.is_set() and announced_by(
+                    dsn, logins["consumer"], queue_name
+                )
+
             wait_for(
-                lambda: not thread.is_alive() or worker.sleeping.is_set(), 30, "the worker to idle"
+                lambda: not thread.is_alive() or idle_and_announced(), 30, "the worker to idle"
             )
             assert thread.is_alive(), "the worker stopped"
-            assert announced_by(dsn, logins["consumer"], queue_name)
             owner.create(content)
 
             def done(c: bytes = content) -> bool:
@@ -177,7 +182,7 @@ def test_the_monitor_reads_the_dashboard(logins: dict[str, str], dsn: str, queue
             ).fetchall()
 
     before = fingerprint()
-    with TestClient(create_app(logins["monitor"])) as c:
+    with TestClient(create_app(logins["monitor"]), base_url="http://localhost") as c:
         overview = c.get("/")
         assert overview.status_code == 200 and queue_name in overview.text
         channels = c.get("/channels", params={"queue": queue_name})
