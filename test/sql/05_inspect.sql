@@ -53,7 +53,7 @@ SELECT count(*) AS none_left FROM pg_locks WHERE locktype = 'advisory' AND pid =
 -- A waiter on 2,000 queues holds one entry per slot, 64 at most, and a
 -- producer into 2,000 queues in one transaction too (producing locks, until
 -- commit): PostgreSQL's shared lock table is not theirs to fill
--- (tests_reliability/test_lock_table.py runs both on a small one).
+-- (test/system/test_lock_table.py runs both on a small one).
 SELECT count(*) FILTER (WHERE h IS NULL) AS nothing_queued
 FROM generate_series(1, 2000) i, lonnymq.wait_begin('many-' || i) h;
 SELECT count(*) AS slots_held FROM announced;
