@@ -28,8 +28,8 @@
 --
 -- Each recipe starts with a line "-- <Name> (<role>): what it is for".
 -- test/pgtap/03_security.sql runs this file and proves what each role can and
--- cannot do; python/tests/test_grants.py creates each role from its section
--- and runs what the role is for.
+-- cannot do; test/system/test_security.py creates each role from its section
+-- and runs what the role is for through the real clients.
 
 -- Producer (lonnymq_producer): creates messages, alone or in batches, from
 -- the application, `lonnymq send` or `lonnymq enqueue`; reads nothing.

@@ -3,9 +3,10 @@
 -- 1. the catalog: pinned search_path, definer's rights, no grants;
 -- 2. the GRANT recipes, tried function by function and relation by relation;
 -- 3. a hostile search_path.
--- What a restricted role can do through the Python client, the CLI and a
--- worker, and attacks on the install paths, are in test/system/
--- (test_security.py, test_install.py).
+-- What a restricted role can do through the real clients (the Python
+-- client, a worker, the CLI, the dashboard; each recipe created from its
+-- own section of docs/grants.sql) is in test/system/test_security.py;
+-- attacks on the install paths are in test/system/test_install.py.
 
 BEGIN;
 CREATE EXTENSION lonnymq;

@@ -1,15 +1,19 @@
-"""Security from a client's point of view (README, "Privileges"), beyond test/pgtap/03_security.sql,
-which already tries every function and relation as every recipe role in SQL.
+"""Security from a client's point of view (docs/privileges.md), beyond
+test/pgtap/03_security.sql, which tries every function and relation as every recipe role in SQL.
+This file is the one home of roles through real clients.
 
-Here the roles are LOGIN roles that use the real Python client, worker and CLI:
+Here the roles are LOGIN roles that use the real Python client, worker, CLI and dashboard:
 
 - a role with no grants gets SQLSTATE 42501 from every ``Queue`` method and the CLI, and
   the queue's tables are byte-for-byte unchanged afterwards; what it can still observe
   (NOTIFY payloads) carries no message data;
-- the recipes of docs/grants.sql (the README's) give exactly what they say: a producer
-  creates and nothing else, a consumer runs a real ``Worker`` (LISTEN, dequeue, heartbeat,
-  complete, defer, fail) and nothing else, a monitor reads stats, archive and ``verify()``
-  (also ``lonnymq status``) and changes nothing;
+- each recipe of docs/grants.sql, created from its own section of the file (so its text is
+  what is tested), gives exactly what it says: a producer creates and nothing else; a
+  consumer runs a real ``Worker`` (LISTEN, dequeue, heartbeat, complete, defer, fail, and
+  through idle periods wait_begin and wait_end) and nothing else; a monitor reads stats,
+  archive and ``verify()``, follows ``lonnymq status`` and ``lonnymq tail`` and reads the
+  dashboard, and changes nothing. (Recipes without wait_begin and wait_end stopped the
+  Worker at its first idle sleep and ``tail`` at its start.)
 - hostile look-alikes earlier on the caller's search_path do not change what the Python
   client's own statements do.
 
@@ -20,6 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,8 +37,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from starlette.testclient import TestClient
 
 from lonnymq import Backoff, Message, Queue, Retry, Worker
+from lonnymq.web import create_app
 
 from .conftest import (
     ADMIN_DSN,
@@ -46,7 +55,20 @@ from .conftest import (
 )
 
 DENIED = psycopg.errors.InsufficientPrivilege
-GROUPS = ("lonnymq_producer", "lonnymq_consumer", "lonnymq_monitor")
+RECIPES = ROOT / "docs" / "grants.sql"
+# Each recipe starts with "-- <Name> (<group role>): what it is for".
+HEADING = re.compile(r"^-- (?P<name>[A-Z]\w*) \((?P<role>lonnymq_\w+)\):", re.MULTILINE)
+
+
+def recipes(text: str) -> dict[str, tuple[str, str]]:
+    """The recipes of the file by name (lower case): their group role and their SQL, from
+    their heading to the next one."""
+    heads = list(HEADING.finditer(text))
+    ends = [h.start() for h in heads[1:]] + [len(text)]
+    return {
+        h.group("name").lower(): (h.group("role"), text[h.start() : end])
+        for h, end in zip(heads, ends, strict=True)
+    }
 
 
 def ensure_role(admin: psycopg.Connection[Any], name: str, login: bool) -> bool:
@@ -71,36 +93,35 @@ def drop_roles(roles: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def security_db() -> Iterator[dict[str, str]]:
-    """A database with the recipes of docs/grants.sql applied, and one LOGIN role per recipe
-    plus one with nothing. Yields DSNs by role: owner, producer, consumer, monitor, nobody."""
+    """A database where each recipe of docs/grants.sql was run from its own section, for a
+    group role of this module's own (the recipe's role renamed), and one LOGIN role per
+    recipe plus two with nothing. Yields DSNs by role: owner, producer, consumer, monitor,
+    nobody, hostile."""
+    found = recipes(RECIPES.read_text())
+    assert set(found) == {"producer", "consumer", "monitor"}, set(found)
     suffix = uuid.uuid4().hex[:6]
-    logins = {
-        kind: f"rel_{kind}_{suffix}"
-        for kind in ("producer", "consumer", "monitor", "nobody", "hostile")
-    }
     name = "lonnymq_rel_security"
     owner_dsn = recreate_database(ADMIN_DSN, name)
-    created_groups = []
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        for group in GROUPS:
-            if ensure_role(admin, group, login=False):
-                created_groups.append(group)
-        for kind, role in logins.items():
-            ensure_role(admin, role, login=True)
-            if f"lonnymq_{kind}" in GROUPS:
-                admin.execute(
+    logins = {kind: f"rel_{kind}_{suffix}" for kind in (*found, "nobody", "hostile")}
+    groups = {kind: f"{role}_{suffix}" for kind, (role, _) in found.items()}
+    with psycopg.connect(owner_dsn, autocommit=True) as owner:
+        for kind, (role, text) in found.items():
+            owner.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(groups[kind])))
+            owner.execute(re.sub(rf"\b{role}\b", groups[kind], text).encode())
+        for kind, login in logins.items():
+            owner.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            if kind in groups:
+                owner.execute(
                     sql.SQL("GRANT {} TO {}").format(
-                        sql.Identifier(f"lonnymq_{kind}"), sql.Identifier(role)
+                        sql.Identifier(groups[kind]), sql.Identifier(login)
                     )
                 )
-    with psycopg.connect(owner_dsn, autocommit=True) as owner:
-        owner.execute((ROOT / "docs" / "grants.sql").read_text())  # the recipe file, as is
     dsns = {"owner": owner_dsn, **{k: dsn_for(owner_dsn, name, user=r) for k, r in logins.items()}}
     try:
         yield dsns
     finally:
         drop_database(ADMIN_DSN, name)
-        drop_roles([*logins.values(), *created_groups])
+        drop_roles([*logins.values(), *groups.values()])
 
 
 def fingerprint(owner_dsn: str) -> dict[str, str]:
@@ -131,7 +152,7 @@ def seed(owner_dsn: str, queue: str) -> tuple[int, int]:
         q.create("secret one", channel="acme")
         pending = q.create("secret two", channel="acme").id
         [m] = q.dequeue(lock_ms=60_000)
-        assert m.fail("seed") == "failed"
+        assert m.fail("seeded failure") == "failed"
         archive_id = q.message_archive()[0].id
     assert pending is not None
     return pending, archive_id
@@ -339,6 +360,8 @@ def test_producer_recipe(security_db: dict[str, str], queue_name: str) -> None:
             conn.rollback()
         assert q.create("from producer", channel="acme", dedup_key="k").status == "created"
         assert q.create("again", channel="acme", dedup_key="k").status == "deduplicated"
+        batch = q.create_batch(["batch one", "batch two"], channel="b")
+        assert [r.status for r in batch] == ["created"] * 2
     assert cli(security_db["producer"], "send", queue_name, "via cli").returncode == 0
     with psycopg.connect(security_db["owner"], autocommit=True) as owner:
         contents = {
@@ -347,11 +370,37 @@ def test_producer_recipe(security_db: dict[str, str], queue_name: str) -> None:
                 "SELECT content FROM lonnymq.messages WHERE queue = %s", (queue_name,)
             )
         }
-    assert {b"from producer", b"via cli"} <= contents and b"in my transaction" not in contents
+    assert contents == {
+        b"secret two",  # the seed's
+        b"x",  # allowed_calls' create and create_batch
+        b"from producer",
+        b"batch one",
+        b"batch two",
+        b"via cli",
+    }
+
+
+def announced_by(owner_dsn: str, login_dsn: str, queue: str) -> bool:
+    """Whether a backend of the login holds the waiting announcement of the queue's slot
+    (what wait_begin takes and wait_end gives back)."""
+    user = psycopg.conninfo.conninfo_to_dict(login_dsn)["user"]
+    return bool(
+        scalar(
+            owner_dsn,
+            "SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2"
+            " AND l.classid = lonnymq._waiting_lock_class()::oid"
+            " AND l.objid = lonnymq._wait_slot(%s)::oid AND a.usename = %s",
+            (queue, user),
+        )
+    )
 
 
 def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_name: str) -> None:
-    pending, archive_id = seed(security_db["owner"], queue_name)
+    """A Worker as the consumer settles work of every outcome, then idles twice, each time
+    asleep and announced as a waiter by its role, and handles what comes next."""
+    owner_dsn, consumer = security_db["owner"], security_db["consumer"]
+    pending, archive_id = seed(owner_dsn, queue_name)
     # Everything but consuming is denied (the consuming calls are exercised by the worker below).
     consuming = {
         "dequeue",
@@ -362,20 +411,7 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
         "fail",
         "wait_hint_ms",
     }
-    assert (
-        allowed_calls(security_db["consumer"], queue_name, pending, archive_id, skip=consuming)
-        == set()
-    )
-
-    with Queue(security_db["owner"], queue_name, pool_size=1) as owner_q:
-        owner_q.channel_set("work", max_concurrency=2)
-        jobs = (
-            [{"kind": "ok"}] * 20
-            + [{"kind": "retry"}] * 3
-            + [{"kind": "broken"}] * 2
-            + [{"kind": "slow"}]
-        )
-        ids = {r.id for r in owner_q.create_batch([json.dumps(j) for j in jobs], channel="work")}
+    assert allowed_calls(consumer, queue_name, pending, archive_id, skip=consuming) == set()
 
     def handler(message: Message) -> None:
         kind = json.loads(message.content)["kind"]
@@ -387,13 +423,21 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
             time.sleep(2.0)  # outlives its lock: kept alive by heartbeats
 
     def remaining() -> int:
-        with psycopg.connect(security_db["owner"], autocommit=True) as owner:
-            row = owner.execute(
-                "SELECT count(*) FROM lonnymq.messages WHERE queue = %s", (queue_name,)
-            ).fetchone()
-        return int(row[0]) if row else -1
+        query = "SELECT count(*) FROM lonnymq.messages WHERE queue = %s"
+        return int(scalar(owner_dsn, query, (queue_name,)))
 
-    with Queue(security_db["consumer"], queue_name, pool_size=6) as q:
+    with (
+        Queue(owner_dsn, queue_name, pool_size=1) as owner_q,
+        Queue(consumer, queue_name, pool_size=6) as q,
+    ):
+        owner_q.channel_set("work", max_concurrency=2)
+        jobs = (
+            [{"kind": "ok"}] * 20
+            + [{"kind": "retry"}] * 3
+            + [{"kind": "broken"}] * 2
+            + [{"kind": "slow"}]
+        )
+        ids = {r.id for r in owner_q.create_batch([json.dumps(j) for j in jobs], channel="work")}
         worker = Worker(
             q,
             handler,
@@ -406,19 +450,37 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
         )
         runner = threading.Thread(target=worker.run, daemon=True)
         runner.start()
+
+        def settled() -> bool:
+            return not runner.is_alive() or remaining() == 0
+
+        # Asleep and announced, read in one check: a sleep may end between two separate waits.
+        def idle_or_stopped() -> bool:
+            if not runner.is_alive():
+                return True
+            return worker.sleeping.is_set() and announced_by(owner_dsn, consumer, queue_name)
+
         try:
-            wait_for(lambda: remaining() == 0, 30, "the consumer to settle everything")
+            wait_for(settled, 30, "the consumer to settle everything")
+            assert runner.is_alive(), "the worker stopped"
+            for _ in range(2):
+                # Nothing to do: it sleeps, announced (wait_begin) by its role, and wakes up.
+                wait_for(idle_or_stopped, 30, "the worker to sleep announced")
+                assert runner.is_alive(), "the worker stopped"
+                ids.add(owner_q.create(json.dumps({"kind": "ok"}), channel="work").id)
+                wait_for(settled, 30, "the consumer to handle what came after an idle period")
+                assert runner.is_alive(), "the worker stopped"
         finally:
             worker.stop()
             runner.join(15)
         assert not runner.is_alive()
     # The seed's pending message ("acme") is not JSON: deferred once, then failed like "broken".
     # (Deferred and refused are exact too unless a starved heartbeat let a lock expire.)
-    assert (worker.counts["completed"], worker.counts["failed"]) == (20 + 3 + 1, 2 + 1), (
+    assert (worker.counts["completed"], worker.counts["failed"]) == (20 + 3 + 1 + 2, 2 + 1), (
         worker.counts
     )
     assert worker.counts["deferred"] >= 1
-    with psycopg.connect(security_db["owner"], autocommit=True) as owner:
+    with psycopg.connect(owner_dsn, autocommit=True) as owner:
         left = owner.execute(
             "SELECT count(*) FROM lonnymq.messages WHERE id = ANY(%s)", (list(ids),)
         ).fetchone()
@@ -428,7 +490,7 @@ def test_consumer_recipe_runs_a_real_worker(security_db: dict[str, str], queue_n
             (list(ids),),
         ).fetchone()
     assert left == (0,) and failed == (2,)
-    assert verify(security_db["owner"]) == []
+    assert verify(owner_dsn) == []
 
 
 def test_monitor_recipe(security_db: dict[str, str], queue_name: str) -> None:
@@ -443,6 +505,47 @@ def test_monitor_recipe(security_db: dict[str, str], queue_name: str) -> None:
         assert q.verify() == []
     status = cli(security_db["monitor"], "status", "--queue", queue_name)
     assert status.returncode == 0 and "acme" in status.stdout, status
+    assert fingerprint(security_db["owner"]) == before
+
+
+def test_monitor_recipe_follows_tail(security_db: dict[str, str], queue_name: str) -> None:
+    command = ["tail", "--queue", queue_name, "--count", "1", "--timeout", "30"]
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "lonnymq", "--dsn", security_db["monitor"], *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert tail.stdout is not None
+        # It says so once it listens and has announced itself as a waiter (wait_begin).
+        assert tail.stdout.readline().startswith("listening"), tail.communicate(timeout=30)
+        assert announced_by(security_db["owner"], security_db["monitor"], queue_name)
+        with Queue(security_db["owner"], queue_name, pool_size=1) as owner:
+            owner.create("x")
+        out, err = tail.communicate(timeout=30)
+    finally:
+        tail.kill()
+        tail.wait()
+    assert tail.returncode == 0, err
+    assert "created" in out and f"queue={queue_name}" in out, out
+
+
+def test_monitor_recipe_reads_the_dashboard(security_db: dict[str, str], queue_name: str) -> None:
+    seed(security_db["owner"], queue_name)
+    before = fingerprint(security_db["owner"])
+    with TestClient(create_app(security_db["monitor"]), base_url="http://localhost") as c:
+        overview = c.get("/")
+        assert overview.status_code == 200 and queue_name in overview.text
+        channels = c.get("/channels", params={"queue": queue_name})
+        assert channels.status_code == 200 and 'data-channel="acme"' in channels.text
+        messages = c.get("/messages", params={"queue": queue_name})
+        assert messages.status_code == 200
+        archive = c.get("/archive", params={"queue": queue_name})
+        assert archive.status_code == 200 and "seeded failure" in archive.text
+        for page in ("/verify", "/schedules", "/metrics"):
+            assert c.get(page).status_code == 200, page
     assert fingerprint(security_db["owner"]) == before
 
 
