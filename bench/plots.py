@@ -64,7 +64,8 @@ def throughput(results: dict[str, Any], path: Path) -> None:
 
 
 def near_empty(results: dict[str, Any], path: Path) -> None:
-    """Both near-empty shapes per system; below, each system's depth through its best run."""
+    """Both near-empty shapes per system; beside them, each system's mean depth in the run
+    that set its number, round by round."""
     ne = results["near_empty"]
     summary = ne["summary"]
     keys = list(summary)
@@ -91,22 +92,21 @@ def near_empty(results: dict[str, Any], path: Path) -> None:
             label=label,
         )
     bars.set_xticks(range(len(keys)))
+    shapes = {"near_empty": "4+4 clients", "near_empty_one_client": "one client in turn"}
     bars.set_xticklabels(
-        [
-            k.replace("near_empty", "4+4 clients")
-            .replace("_one_client", ", one client")
-            .replace("/sync_", "\nsync ")
-            for k in keys
-        ],
-        fontsize=8,
+        [f"{shapes[k.split('/')[0]]}\nsync {k.split('_')[-1]}" for k in keys], fontsize=8
     )
-    bars.set_ylabel("messages / s (median of rounds)")
+    bars.set_yscale("log")
+    bars.set_ylabel("messages / s (median of rounds, log scale)")
     bars.set_title("Near empty: highest offered rate kept up; one client in turn")
     bars.legend(fontsize=7)
-    depth.set_xlabel("run (rounds x sync), in order")
+    depth.set_xlabel("round x sync, in run order")
     depth.set_ylabel("mean queue depth at that rate")
+    depth.set_xticks(range(len(best)))
     depth.set_title(
-        f"Depth at the rate kept up (kept up: end depth <= {ne['kept_up']['depth_end_at_most']})"
+        "Mean depth at the rate kept up "
+        f"(kept up: mean and end depth <= {ne['kept_up']['depth_end_at_most']})",
+        fontsize=10,
     )
     _save(fig, path)
 
