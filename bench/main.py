@@ -27,9 +27,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="~2 minute smoke run at reduced scale")
     parser.add_argument(
         "--only",
-        default="throughput,latency,fairness,worker,burst",
+        default="throughput,near-empty,latency,fairness,worker,burst",
         help="comma list of: throughput (it counts the statements too), statements (the "
-        "statements per message alone, ~15 s), latency, fairness, worker, burst, held-snapshot, "
+        "statements per message alone, ~15 s), near-empty, latency, fairness, worker, burst, "
+        "held-snapshot, "
         "(held-snapshot: workload 7 on lonnymq, then on the floor and the loaded peers)",
     )
     parser.add_argument(
@@ -52,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
 
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
-    solo = {("held-snapshot",): "held-snapshot"}
+    solo = {("held-snapshot",): "held-snapshot", ("near-empty",): "near-empty"}
     mode = args.name or solo.get(tuple(parts)) or ("quick" if args.quick else "full")
     rounds = args.rounds or (2 if args.quick else 3)
     seconds = args.seconds or (3 if args.quick else 10)
@@ -85,6 +86,11 @@ def main() -> None:
         common.log("statements per message, one client")
         results["statements"] = throughput.statement_counts(
             args.workloads.split(","), results["install"]["peers"]
+        )
+    if "near-empty" in parts:
+        common.log("near-empty regime: producers held to an offered rate; one client in turn")
+        results["near_empty"] = throughput.near_empty(
+            rounds, seconds, results["install"]["peers"], probes=2 if args.quick else None
         )
     if "latency" in parts:
         common.log("workload 5: dequeue latency by shape")

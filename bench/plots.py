@@ -63,6 +63,54 @@ def throughput(results: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
+def near_empty(results: dict[str, Any], path: Path) -> None:
+    """Both near-empty shapes per system; beside them, each system's mean depth in the run
+    that set its number, round by round."""
+    ne = results["near_empty"]
+    summary = ne["summary"]
+    keys = list(summary)
+    systems = [s for s in SYSTEM_STYLE if any(s in summary[k] for k in keys)]
+    width = 0.8 / len(systems)
+    fig, (bars, depth) = plt.subplots(1, 2, figsize=(13, 5))
+    for j, system in enumerate(systems):
+        label, colour = SYSTEM_STYLE[system]
+        ran = [(i, summary[k][system]) for i, k in enumerate(keys) if system in summary[k]]
+        xs = [i - 0.4 + (j + 0.5) * width for i, _ in ran]
+        bars.bar(
+            xs, [stats["messages_per_s"] for _, stats in ran], width, label=label, color=colour
+        )
+        best = [
+            r["at_best"]
+            for r in ne["runs"]
+            if r["system"] == system and r["workload"] == "near_empty"
+        ]
+        depth.plot(
+            range(len(best)),
+            [r["depth_mean"] for r in best],
+            "o-",
+            color=colour,
+            label=label,
+        )
+    bars.set_xticks(range(len(keys)))
+    shapes = {"near_empty": "4+4 clients", "near_empty_one_client": "one client in turn"}
+    bars.set_xticklabels(
+        [f"{shapes[k.split('/')[0]]}\nsync {k.split('_')[-1]}" for k in keys], fontsize=8
+    )
+    bars.set_yscale("log")
+    bars.set_ylabel("messages / s (median of rounds, log scale)")
+    bars.set_title("Near empty: highest offered rate kept up; one client in turn")
+    bars.legend(fontsize=7)
+    depth.set_xlabel("round x sync, in run order")
+    depth.set_ylabel("mean queue depth at that rate")
+    depth.set_xticks(range(len(best)))
+    depth.set_title(
+        "Mean depth at the rate kept up "
+        f"(kept up: mean and end depth <= {ne['kept_up']['depth_end_at_most']})",
+        fontsize=10,
+    )
+    _save(fig, path)
+
+
 def statements(results: dict[str, Any], path: Path) -> None:
     """Statements per message by system and workload, split into create and consume."""
     counts = results["statements"]
@@ -309,6 +357,7 @@ def all_plots(results: dict[str, Any], directory: Path, mode: str) -> list[Path]
     for key, fn, name in (
         ("throughput", throughput, "throughput"),
         ("statements", statements, "statements"),
+        ("near_empty", near_empty, "near-empty"),
         ("latency", latency, "latency"),
         ("fairness", fairness, "fairness"),
         ("worker", worker, "worker"),

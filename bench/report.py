@@ -22,6 +22,7 @@ W2_FLOOR_TARGET = 0.8
 W3_FLOOR_TARGET = 0.9
 W3_PGMQ_TARGET = 1.0
 W4_TARGET = 10  # lonnymq's batches / its own workload 1
+NEAR_EMPTY_PEER_TARGET = 1.0  # lonnymq / the fastest peer, both shapes (issue 37)
 W8_PGMQ_TARGET = 1.0  # the Worker / a PGMQ consumer of the same shape
 
 
@@ -93,6 +94,44 @@ def _w1_rows(entry: dict[str, Any], sync: str, peers: list[str]) -> list[dict[st
             }
         )
     return rows
+
+
+def _near_empty_rows(ne: dict[str, Any]) -> list[dict[str, Any]]:
+    """Both shapes of the near-empty regime, per synchronous_commit: lonnymq against the
+    fastest peer, the floor's and the peers' numbers beside it."""
+    rows = []
+    for key, name, unit in (
+        ("near_empty", "near empty, 4+4 clients, highest rate kept up", "msg/s"),
+        ("near_empty_one_client", "near empty, one client in turn", "lifecycles/s"),
+    ):
+        for sync in ("on", "off"):
+            entry = ne["summary"].get(f"{key}/sync_{sync}")
+            if not entry or "lonnymq" not in entry:
+                continue
+            others = ", ".join(
+                f"{s} {entry[s]['messages_per_s']:.0f}" for s in entry if s in PEER_AND_FLOOR
+            )
+            row = {
+                "workload": f"{name} (sync {sync})",
+                "goal": f">= {NEAR_EMPTY_PEER_TARGET}x best peer",
+                "measured": f"{_rate(entry, 'lonnymq'):.0f} {unit} ({others})",
+            }
+            if "ratio_best_peer" not in entry:
+                rows.append(_unmeasured(row, "peers"))
+                continue
+            ratio = entry["ratio_best_peer"]
+            row["measured"] += f" = {ratio:.2f}x {entry['best_peer']['name']}"
+            rows.append(
+                {
+                    **row,
+                    "met": ratio >= NEAR_EMPTY_PEER_TARGET,
+                    "by": f"{ratio / NEAR_EMPTY_PEER_TARGET:.2f} of goal",
+                }
+            )
+    return rows
+
+
+PEER_AND_FLOOR = ("floor", "pgmq", "lonnymq_original")
 
 
 def _w2_rows(entry: dict[str, Any], sync: str, peers: list[str]) -> list[dict[str, Any]]:
@@ -296,6 +335,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 rows += rows_of(entry, sync, peers)
     for sync in ("on", "off"):
         rows += _w4_rows(tp, sync)
+    if "near_empty" in results:
+        rows += _near_empty_rows(results["near_empty"])
     rows += _statement_rows(results.get("statements", []))
     lat = results.get("latency", {}).get("shapes", {})
     goal_shapes = ("ready_1m", "future_1m", "saturated_10k", "expired_100k", "empty_100k")

@@ -11,11 +11,15 @@ The peers (PGMQ, the original LonnyMQ) run when prepare_database() loaded them.
 
 from __future__ import annotations
 
+import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from common import (
+    BENCH_DIR,
     PAYLOAD,
     PEERS,
     PGMQ_PAYLOAD,
@@ -23,6 +27,7 @@ from common import (
     connect,
     log,
     median,
+    percentile,
     pgbench,
     pgbench_result,
     reset_floor,
@@ -55,6 +60,8 @@ WAITED_WORKLOADS = ("w1_lifecycle",)
 
 def _seed_floor(conn: Any, channels: list[str | None]) -> None:
     reset_floor(conn)
+    if not channels:
+        return
     conn.execute(
         "INSERT INTO floor.message (channel, content) "
         "SELECT c, %s::bytea FROM unnest(%s::text[]) c",
@@ -64,6 +71,8 @@ def _seed_floor(conn: Any, channels: list[str | None]) -> None:
 
 def _seed_lonnymq(conn: Any, channels: list[str | None]) -> None:
     reset_lonnymq(conn)
+    if not channels:
+        return
     conn.execute(
         "SELECT count(*) FROM lonnymq.message_create_batch('bench', %s::text[], "
         "array_fill(%s::bytea, ARRAY[%s]))",
@@ -74,6 +83,8 @@ def _seed_lonnymq(conn: Any, channels: list[str | None]) -> None:
 def _seed_pgmq(conn: Any, channels: list[str | None]) -> None:
     # PGMQ has no channels: the same number of messages, all in its one queue.
     reset_pgmq(conn)
+    if not channels:
+        return
     conn.execute(
         "SELECT count(*) FROM pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))",
         (PGMQ_QUEUE, PGMQ_PAYLOAD, len(channels)),
@@ -425,3 +436,191 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             _add_ratio(entry, cell, best, "ratio_best_peer")
         summary[f"{workload}/sync_{sync}"] = entry
     return summary
+
+
+# The near-empty regime (issue 37): the queue starts empty and consumers keep up, the usual
+# state in production. Workload 1's shape (4 producers, 4 consumers, 100 channels) with the
+# producers held to an offered rate (pgbench -R); consumers run flat out, so near empty most
+# of their dequeues find nothing. A run "keeps up" when its producers create at least KEPT_UP
+# of the offered rate (pgbench's arrivals are random: a few percent short is chance, more is
+# producers starved of CPU) and the queue holds at most NEAR_EMPTY_DEPTH messages on average
+# and at its end. Each system's number is its completions per second in the fastest run that
+# kept up, the offered rate found by search; the single-client shape runs create, dequeue and
+# complete in turn.
+NEAR_EMPTY = "near_empty"
+ONE_CLIENT = "near_empty_one_client"
+NEAR_EMPTY_DEPTH = 100  # one message per channel
+KEPT_UP = 0.9
+PROBES = 4  # search steps after the unthrottled run
+DEPTH_EVERY_S = 0.1
+
+
+def empty(conn: Any, system: str) -> None:
+    """Empties the system's queue (the original with its 100 channels declared), vacuumed."""
+    spec = BY_NAME[system]
+    if system == "lonnymq_original":
+        reset_lonnymq_original(conn, [f"c{i}" for i in range(1, 101)])
+    else:
+        spec.seed(conn, [])
+    settle_server(conn, list(spec.tables))
+
+
+def _watch_depth(target: System, stop: threading.Event, depths: list[int]) -> None:
+    """Samples the queue's depth (messages not yet completed) until `stop`."""
+    with connect() as conn:
+        while not stop.wait(DEPTH_EVERY_S):
+            depths.append(_live(conn, target))
+
+
+def near_empty_once(system: str, sync: str, seconds: float, rate: float | None) -> dict[str, Any]:
+    """One run of shape (a) from an empty queue, producers offered `rate` messages/s in all
+    (None: unthrottled)."""
+    target = BY_NAME[system]
+    create, consume = _scripts(target, 1)
+    defines = _defines(WORKLOADS["w1_lifecycle"])
+    depths: list[int] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_depth, args=(target, stop, depths))
+    with connect() as conn:
+        empty(conn, system)
+        producers = pgbench(
+            create, PRODUCERS, seconds, defines, sync, rate=rate, settings=target.settings
+        )
+        consumers = pgbench(consume, CONSUMERS, seconds, defines, sync, settings=target.settings)
+        watcher.start()
+        produced, consumed = pgbench_result(producers), pgbench_result(consumers)
+        stop.set()
+        watcher.join()
+        left = _live(conn, target)
+    created = produced["transactions"]
+    completed = created - left
+    completed_per_s = completed / seconds
+    offered = rate if rate is not None else created / seconds
+    mean_depth = sum(depths) / len(depths) if depths else float("nan")
+    return {
+        "offered_per_s": offered,
+        "throttled": rate is not None,
+        "created_per_s": created / seconds,
+        "completed_per_s": completed_per_s,
+        "depth_end": left,
+        "depth_mean": mean_depth,
+        "depth_p99": percentile([float(d) for d in depths], 99),
+        "depth_max": max(depths, default=0),
+        # Little's law: the mean time a message spends between create and complete.
+        "time_in_queue_ms": 1000 * mean_depth / completed_per_s if completed_per_s else None,
+        # Pollers' passes that found nothing (each consumer pass is one dequeue).
+        "empty_dequeue_fraction": (
+            max(0.0, 1 - completed / consumed["transactions"]) if consumed["transactions"] else None
+        ),
+        "producer_latency_ms": produced["latency_ms"],
+        "consumer_latency_ms": consumed["latency_ms"],
+        "kept_up": created / seconds >= KEPT_UP * offered
+        and max(left, mean_depth) <= NEAR_EMPTY_DEPTH,
+    }
+
+
+def sustained(system: str, sync: str, seconds: float, probes: int) -> dict[str, Any]:
+    """Shape (a): the highest offered rate the system keeps near empty. A system whose
+    consumers keep up even with unthrottled producers is bounded by its producers, and that
+    rate is its number. Otherwise the search starts at the unthrottled run's completions,
+    which are no bound (producers flooding the queue take CPU from the consumers): it goes
+    up by half while runs keep up, then halves the interval."""
+    runs = [near_empty_once(system, sync, seconds, None)]
+    best = runs[0] if runs[0]["kept_up"] else None
+    lo, hi = 0.0, None
+    rate = max(runs[0]["completed_per_s"], 1.0)
+    for _ in range(probes if best is None else 0):
+        runs.append(near_empty_once(system, sync, seconds, rate))
+        if runs[-1]["kept_up"]:
+            lo, best = rate, runs[-1]
+        else:
+            hi = rate
+        rate = 1.5 * lo if hi is None else (lo + hi) / 2
+    at = best or min(runs, key=lambda r: r["offered_per_s"])
+    result = {
+        "system": system,
+        "workload": NEAR_EMPTY,
+        "synchronous_commit": sync,
+        "seconds": seconds,
+        # The summary's key: completions per second at the best rate kept up (0: none was).
+        "messages_per_s": at["completed_per_s"] if best else 0.0,
+        "at_best": at,
+        "backlog_growth_per_s": at["depth_end"] / seconds,
+        "empty_dequeue_fraction": at["empty_dequeue_fraction"],
+        "unthrottled_completed_per_s": runs[0]["completed_per_s"],
+        "unthrottled_depth_end": runs[0]["depth_end"],
+        "probes": runs,
+    }
+    log(
+        f"  near-empty       {system:18s} sync={sync:3s} {result['messages_per_s']:8.0f} msg/s "
+        f"kept up (unthrottled {runs[0]['completed_per_s']:.0f}/s, depth "
+        f"{runs[0]['depth_end']} at its end); at best: mean depth {at['depth_mean']:.1f}, "
+        f"end {at['depth_end']}, ~{at['time_in_queue_ms'] or 0:.1f} ms in queue"
+    )
+    return result
+
+
+def one_client(system: str, sync: str, seconds: float) -> dict[str, Any]:
+    """Shape (b): one client runs the system's create script, then its consume script, in
+    turn (three commits), from an empty queue: lifecycles per second."""
+    target = BY_NAME[system]
+    defines = _defines(WORKLOADS["w1_lifecycle"])
+    with tempfile.TemporaryDirectory(prefix="lonnymq-near-empty-") as tmp, connect() as conn:
+        script = Path(tmp) / f"{system}_lifecycle.sql"
+        script.write_text(
+            "\n".join((BENCH_DIR / "pgbench" / name).read_text() for name in _scripts(target, 1))
+        )
+        empty(conn, system)
+        done = pgbench_result(
+            pgbench(str(script), 1, seconds, defines, sync, settings=target.settings)
+        )
+        left = _live(conn, target)
+    if left:  # every message one client creates, it consumes next
+        raise RuntimeError(f"{system} one client: {left} messages left")
+    result = {
+        "system": system,
+        "workload": ONE_CLIENT,
+        "synchronous_commit": sync,
+        "seconds": seconds,
+        "messages_per_s": done["transactions"] / seconds,
+        "lifecycle_latency_ms": done["latency_ms"],
+        "backlog_growth_per_s": 0.0,
+        "empty_dequeue_fraction": 0.0,
+    }
+    log(
+        f"  one client       {system:18s} sync={sync:3s} "
+        f"{result['messages_per_s']:8.0f} lifecycles/s"
+    )
+    return result
+
+
+def near_empty(
+    rounds: int, seconds: float, peers: list[str], probes: int | None = None
+) -> dict[str, Any]:
+    """Both shapes for every system that runs workload 1 (not the waiting variant), sync on and
+    off, in interleaved rounds; medians and ratios as for workloads 1-4."""
+    probes = PROBES if probes is None else probes
+    systems = tuple(s for s in systems_for("w1_lifecycle", peers) if s != WAITED)
+    runs: list[dict[str, Any]] = []
+    for r in range(rounds):
+        log(f"near-empty round {r + 1}/{rounds}")
+        order = systems if r % 2 == 0 else tuple(reversed(systems))
+        for sync in ("on", "off"):
+            for system in order:
+                for result in (
+                    one_client(system, sync, seconds),
+                    sustained(system, sync, seconds, probes),
+                ):
+                    result["round"] = r + 1
+                    runs.append(result)
+    return {
+        "runs": runs,
+        "summary": summarize(runs),
+        "rounds": rounds,
+        "seconds": seconds,
+        "probes": probes,
+        "producers": PRODUCERS,
+        "consumers": CONSUMERS,
+        "kept_up": {"created_of_offered": KEPT_UP, "depth_end_at_most": NEAR_EMPTY_DEPTH},
+        "peers": peers,
+    }
