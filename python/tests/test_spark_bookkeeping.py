@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from lonnymq.spark import _bookkeeping, _write
+from lonnymq.spark import _bookkeeping, _read, _write
 from lonnymq.spark._bookkeeping import UnsafeBookkeeping, schema_for
 from lonnymq.spark._convert import STRING, ColumnMapping
 from lonnymq.spark._options import Options
@@ -310,3 +310,87 @@ def test_an_administrator_installs_for_a_role_without_create(site: Site) -> None
     ).fetchall()
     assert owners == [(site.b,)]
     assert write(site, site.b, "qb", "first", 2) == 2
+
+
+# Default privileges of the Spark role (in pg_default_acl) that grant another role ({b}) or
+# PUBLIC rights on what the role creates: its schema, its tables, their sequences.
+DEFAULTS = [
+    "ALTER DEFAULT PRIVILEGES FOR ROLE {a} GRANT INSERT, UPDATE, DELETE ON TABLES TO {b};"
+    " ALTER DEFAULT PRIVILEGES FOR ROLE {a} GRANT USAGE ON SCHEMAS TO {b}",
+    "ALTER DEFAULT PRIVILEGES FOR ROLE {a} GRANT ALL ON TABLES TO PUBLIC;"
+    " ALTER DEFAULT PRIVILEGES FOR ROLE {a} GRANT ALL ON SEQUENCES TO PUBLIC",
+    "ALTER DEFAULT PRIVILEGES FOR ROLE {a} GRANT USAGE, CREATE ON SCHEMAS TO {b}",
+    "CREATE SCHEMA {s} AUTHORIZATION {a};"
+    " ALTER DEFAULT PRIVILEGES FOR ROLE {a} IN SCHEMA {s} GRANT ALL ON TABLES TO {b}",
+]
+DEFAULT_IDS = ["tables-to-other", "tables-to-public", "schemas-to-other", "in-schema"]
+
+
+def set_defaults(site: Site, defaults: str) -> None:
+    site.admin.execute(
+        sql.SQL(defaults).format(
+            a=sql.Identifier(site.a),
+            b=sql.Identifier(site.b),
+            s=sql.Identifier(schema_for(site.a)),
+        )
+    )
+
+
+def others_rights(site: Site) -> list[str]:
+    """What B or PUBLIC may do to A's schema and anything in it beyond reading, by the
+    server's own privilege checks."""
+    rows = site.admin.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,"
+        " (VALUES (%(b)s), ('public')) r (role)"
+        " WHERE n.nspname = %(s)s AND CASE c.relkind"
+        "  WHEN 'S' THEN has_sequence_privilege(r.role, c.oid, 'USAGE, UPDATE')"
+        "  WHEN 'i' THEN false"
+        "  ELSE has_table_privilege(r.role, c.oid,"
+        "   'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') END"
+        " UNION ALL SELECT 'schema ' || n.nspname FROM pg_namespace n, (VALUES (%(b)s),"
+        " ('public')) r (role) WHERE n.nspname = %(s)s AND has_schema_privilege(r.role, n.oid,"
+        " 'CREATE')",
+        {"b": site.b, "s": schema_for(site.a)},
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+@pytest.mark.parametrize("defaults", DEFAULTS, ids=DEFAULT_IDS)
+def test_default_privileges_give_no_other_role_the_bookkeeping(site: Site, defaults: str) -> None:
+    set_defaults(site, defaults)
+    # The first use and every later one agree: the schema is made the role's alone.
+    for _ in range(2):
+        with _bookkeeping.connect(site.dsn_of(site.a), autocommit=True) as conn:
+            _bookkeeping.ensure_installed(conn)
+        assert others_rights(site) == []
+    assert write(site, site.a, "qa", "first", 2) == 2
+    snapshot = _read.plan(Options.parse({"dsn": site.dsn_of(site.a), "num_partitions": "2"}))
+    assert snapshot[0].snapshot is not None  # a read_<id> table, made the role's alone too
+    assert others_rights(site) == []
+    assert write(site, site.a, "qa", "second", 2) == 2
+
+
+@pytest.mark.parametrize("defaults", DEFAULTS[:2], ids=DEFAULT_IDS[:2])
+def test_default_privileges_let_no_other_role_stage_rows(site: Site, defaults: str) -> None:
+    set_defaults(site, defaults)
+    # A's schema readable by B (which the check allows), so only the table's rights count.
+    _bookkeeping.install(site.dsn_of(site.a))
+    site.admin.execute(
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(schema_for(site.a)), sql.Identifier(site.b)
+        )
+    )
+    opts = Options.parse({"dsn": site.dsn_of(site.a), "queue": "qa"})
+    write_id = _write.write_id_for("nightly")
+    run = _write.open_run(opts, "batch")
+    rows = [{"content": f"a-{i}"} for i in range(2)]
+    staged = _write.stage_partition(opts, run, write_id, _write.row_chunks(rows, MAPPING))
+    with site.connect(site.b) as b:
+        # A row of B's among A's staged ones, which A's commit would publish as A's.
+        forged = sql.SQL("INSERT INTO {} (attempt, ord, content) VALUES ({}, 2, 'b')").format(
+            sql.Identifier(schema_for(site.a), run.table), sql.Literal(staged.attempt_id)
+        )
+        assert not attempt(b, forged)
+    assert _write.publish(opts, MAPPING, run, write_id, [staged]).created == 2
+    _write.close_run(opts, run)
+    assert site.count("qa") == 2

@@ -27,7 +27,10 @@ rows, but every role needs CREATE in it for its staging and snapshot tables, and
 can create in a schema can plant a table under a name another role is about to use.)
 ``ensure_installed`` refuses a schema that breaks any of this: another role owns it (it was
 created first by someone else) or anything in it, or another role may create in it, or may
-write to, truncate, reference or put triggers on one of its tables.
+write to, truncate, reference or put triggers on one of its tables. What Spark creates there
+(the schema, its tables, each staging and snapshot table) is made private in the statement's
+transaction, so that default privileges of the role (``pg_default_acl``) grant no one else
+anything on it.
 
 1.12 kept one unversioned schema, ``lonnymq_spark``, shared through grants. A role's schema,
 when first created, takes over that schema's commit records and uncommitted stream batches,
@@ -258,6 +261,44 @@ WHERE n.nspname = %s AND u.rolname = current_user
 """.format(writable=_WRITABLE.format(u="u.oid"))
 
 
+# The roles other than the owner granted anything on schema %(schema)s (when %(table)s is
+# null) or on its table %(table)s: NULL stands for PUBLIC.
+_GRANTEES = """
+SELECT DISTINCT r.rolname
+FROM pg_catalog.pg_namespace n
+     LEFT JOIN pg_catalog.pg_class c
+         ON c.relnamespace = n.oid AND (%(table)s::text IS NULL OR c.relname = %(table)s),
+     LATERAL (SELECT n.nspacl, n.nspowner WHERE %(table)s::text IS NULL
+              UNION ALL
+              SELECT c.relacl, c.relowner) g (acl, owner),
+     LATERAL pg_catalog.aclexplode(g.acl) a
+     LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+WHERE n.nspname = %(schema)s AND a.grantee <> g.owner
+"""
+
+
+def make_private(conn: psycopg.Connection[Any], name: str, table: str | None = None) -> None:
+    """Revokes what other roles were granted on the role's schema and everything in it, or on
+    its ``table`` only, right after they are created: default privileges (``ALTER DEFAULT
+    PRIVILEGES``, in ``pg_default_acl``) may have granted others rights on them, which would
+    let them write the bookkeeping. The connection's role must own them."""
+    grantees = conn.execute(_GRANTEES, {"schema": name, "table": table}).fetchall()
+    if not grantees:
+        return
+    roles = sql.SQL(", ").join(
+        sql.SQL("PUBLIC") if r is None else sql.Identifier(r) for (r,) in grantees
+    )
+    if table is not None:
+        targets = [sql.SQL("TABLE {}").format(sql.Identifier(name, table))]
+    else:
+        targets = [
+            sql.SQL(kind).format(sql.Identifier(name))
+            for kind in ("SCHEMA {}", "ALL TABLES IN SCHEMA {}", "ALL SEQUENCES IN SCHEMA {}")
+        ]
+    for target in targets:
+        conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(target, roles))
+
+
 def _layout(conn: psycopg.Connection[Any], name: str) -> int | None:
     """The version of the role's schema: None when it does not exist, 0 when it is empty.
     Raises UnsafeBookkeeping when the schema is not the role's alone."""
@@ -320,10 +361,13 @@ def ensure_installed(conn: psycopg.Connection[Any]) -> None:
         )
         conn.execute(_DDL.format(s=name))
         _take_over_legacy(conn, name)
+        make_private(conn, name)
         conn.execute(
             sql.SQL("INSERT INTO {}.version (version) VALUES (%s)").format(sql.Identifier(name)),
             (VERSION,),
         )
+        # What was just created passes the check every later call makes, or nothing is kept.
+        _layout(conn, name)
 
 
 def _take_over_legacy(conn: psycopg.Connection[Any], name: str) -> None:
@@ -369,6 +413,9 @@ def install(dsn: str, role: str | None = None) -> str:
     with connect(dsn, autocommit=True) as conn:
         if role is not None:
             name = schema_for(role)
+            created = conn.execute(
+                "SELECT pg_catalog.to_regnamespace(pg_catalog.quote_ident(%s)) IS NULL", (name,)
+            ).fetchone()
             conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
                     sql.Identifier(name), sql.Identifier(role)
@@ -376,5 +423,8 @@ def install(dsn: str, role: str | None = None) -> str:
             )
             conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
             _schemas[conn] = name
+            if created is not None and created[0]:
+                # Only a schema created here: one that existed is checked as it is.
+                make_private(conn, name)
         ensure_installed(conn)
         return schema(conn)

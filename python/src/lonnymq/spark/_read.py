@@ -132,6 +132,8 @@ def _take_snapshot(conn: psycopg.Connection[Any], opts: Options) -> list[Part]:
         if rows <= 0:
             # Nothing to read, nothing to keep: one task that returns no row.
             raise psycopg.Rollback()
+        # No other role may change the rows every task reads its range of.
+        _bookkeeping.make_private(conn, b, table)
         conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (_row)").format(target))
         # Statistics (a sample, cheap): tasks then walk the index in order instead of
         # sorting their range, which could spill to disk for large contents.

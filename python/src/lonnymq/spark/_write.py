@@ -238,6 +238,8 @@ def _create_run(conn: psycopg.Connection[Any], run: Run, queue: str) -> None:
                 table=sql.Identifier(b, run.table)
             )
         )
+        # No other role may stage rows the commit would publish.
+        _bookkeeping.make_private(conn, b, run.table)
         conn.execute(
             f"INSERT INTO {b}.write_run (run_id, queue, kind) VALUES (%s, %s, %s)"
             " ON CONFLICT (run_id) DO UPDATE SET used_at = pg_catalog.now()",
