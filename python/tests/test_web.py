@@ -805,6 +805,9 @@ def test_schedules_tolerate_any_state_and_made_up_entries(
             b'{"ran_at": "not a time"}',
             b"[" * 3000 + b"]" * 3000,
             b"\xff",
+            # Valid ISO times with a zone that fall outside datetime's range in UTC.
+            b'{"interval_ms": 1000, "ran_at": "9999-12-31T23:59:59-14:00"}',
+            b'{"interval_ms": 1000, "ran_at": "0001-01-01T00:00:00+14:00"}',
         )
     ):
         name = _periodic.channel_for(f"odd-{i}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg.errors
@@ -286,9 +286,15 @@ def periodic_state(state: bytes | None) -> dict[str, Any]:
     interval = data.get("interval_ms")
     error = data.get("error")
     try:
-        ran_at = datetime.fromisoformat(data["ran_at"])
+        ran_at: datetime | None = datetime.fromisoformat(data["ran_at"])
     except (KeyError, TypeError, ValueError):
         ran_at = None
+    if ran_at is not None and ran_at.tzinfo is not None:
+        try:
+            # In UTC, as the page shows it; an offset can push it past year 1 or 9999.
+            ran_at = ran_at.astimezone(UTC)
+        except OverflowError:
+            ran_at = None
     return {
         # bool is an int to Python, not to a Worker.
         "interval_ms": interval
