@@ -829,3 +829,13 @@ def test_schedules_tolerate_any_state_and_made_up_entries(
     assert len(re.findall(r"data-periodic=", page.text)) == 500
     shown = re.search(r"500 of (\d+) shown", page.text)
     assert shown is not None and int(shown.group(1)) >= 606  # other tests' entries too
+
+
+def test_role_with_own_pool_is_refused(dsn: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    # SET ROLE would reach only the app's own connections, not the caller's pool.
+    pool = AsyncConnectionPool(dsn, open=False)
+    with pytest.raises(ValueError, match="role="):
+        create_app(pool, role="lonnymq_monitor")
+    create_app(pool)  # without role= the pool is accepted

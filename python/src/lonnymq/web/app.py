@@ -78,9 +78,9 @@ def create_app(
 
     ``conninfo_or_pool``: a libpq DSN (the app opens a small pool on first use) or a
     ``psycopg_pool.AsyncConnectionPool`` of yours. Read-only unless ``actions=True``: its
-    transactions are read-only, and with ``role`` every connection runs ``SET ROLE`` to it
-    (typically the monitoring role of the README). ``auth=(user, password)`` requires basic
-    auth on every request. ``registry``: where the database metrics are registered (a
+    transactions are read-only, and with ``role`` (DSN only) every connection runs ``SET
+    ROLE`` to it (typically the monitoring role of the README). ``auth=(user, password)``
+    requires basic auth on every request. ``registry``: where the database metrics are registered (a
     fresh one by default; pass the one your app already exports to merge them).
     ``allowed_hosts``: the ``Host`` names it answers to (``name`` on any port, or
     ``name:port``); by default the loopback names, ``localhost``, ``127.0.0.1`` and

@@ -75,6 +75,9 @@ class Database:
             self._owns_pool = True
             self._opened = False
         else:
+            if role is not None:
+                # The pool's connections are the caller's: SET ROLE on them is not ours.
+                raise ValueError("role= needs a DSN: with your own pool, connect as the role")
             self.pool = conninfo_or_pool
             self._owns_pool = False
             self._opened = True
