@@ -607,6 +607,21 @@ def test_cli_allows_the_bound_address_and_loopback_with_the_port() -> None:
     assert allowed_hosts("::1", 80, [])[0] == "[::1]:80"
 
 
+def test_a_host_without_port_is_the_schemes_default_port(dsn: str) -> None:
+    from lonnymq.cli.web import allowed_hosts
+
+    # `lonnymq web --port 80 --allowed-host ops.example:443`: browsers send Host without
+    # the default port of the scheme they used.
+    hosts = allowed_hosts("127.0.0.1", 80, ["ops.example:443"])
+    with TestClient(create_app(dsn, allowed_hosts=hosts), base_url="http://localhost") as c:
+        assert c.get("/", headers={"host": "localhost"}).status_code == 200
+        assert c.get("/", headers={"host": "[::1]"}).status_code == 200
+        assert c.get("/", headers={"host": "ops.example"}).status_code == 400  # http is 80
+    with TestClient(create_app(dsn, allowed_hosts=hosts), base_url="https://ops.example") as c:
+        assert c.get("/", headers={"host": "ops.example"}).status_code == 200
+        assert c.get("/", headers={"host": "localhost"}).status_code == 400  # https is 443
+
+
 def test_pages_link_relatively_and_forbid_framing_and_caching(
     client: TestClient, db: psycopg.Connection[Any], queue_name: str
 ) -> None:
