@@ -535,11 +535,9 @@ def test_read_only_role_uses_the_monitor_grants(
     try:
         create(db, queue_name, "t", b"x")
         # Without the grants the monitoring role reads nothing.
-        with (
-            TestClient(create_app(dsn, role=role), base_url=BASE) as c,
-            pytest.raises(psycopg.errors.InsufficientPrivilege),
-        ):
-            c.get("/")
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
+            refused = c.get("/")
+            assert refused.status_code == 403 and "permission denied" in refused.text
         db.execute(
             sql.SQL(
                 "GRANT USAGE ON SCHEMA lonnymq TO {r};"
@@ -856,3 +854,43 @@ def test_role_with_own_pool_is_refused(dsn: str) -> None:
     with pytest.raises(ValueError, match="role="):
         create_app(pool, role="lonnymq_monitor")
     create_app(pool)  # without role= the pool is accepted
+
+
+def test_a_message_due_past_year_9999_shows_and_cancels(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    row = db.execute(
+        "SELECT id FROM lonnymq.message_create(%s, 't', 'x', dequeue_at => '20000-01-01 UTC')",
+        (queue_name,),
+    ).fetchone()
+    assert row is not None
+    page = client.get(f"/messages/{row[0]}")
+    assert page.status_code == 200 and "20000-01-01" in page.text
+    listed = client.get("/messages", params={"queue": queue_name, "channel": "t"})
+    assert listed.status_code == 200 and "20000-01-01" in listed.text
+    done = client.post("/actions/message-cancel", data={"id": str(row[0])}, headers=ORIGIN)
+    assert done.status_code == 303
+    assert db.execute("SELECT 1 FROM lonnymq.messages WHERE id = %s", row).fetchone() is None
+
+
+def test_content_without_column_grant_is_forbidden(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    role = "nocontent_" + uuid.uuid4().hex[:8]
+    db.execute(
+        sql.SQL(
+            "CREATE ROLE {r}; GRANT USAGE ON SCHEMA lonnymq TO {r};"
+            " GRANT EXECUTE ON FUNCTION lonnymq.queue_summary TO {r};"
+            " GRANT SELECT (id, queue, channel, num_attempts, dequeue_at, locked_until,"
+            " created_at, priority, dedup_key) ON lonnymq.messages TO {r}"
+        ).format(r=sql.Identifier(role))
+    )
+    try:
+        message = create(db, queue_name, "t", b"secret")
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
+            assert c.get(f"/messages/{message}").status_code == 200
+            shown = c.get(f"/messages/{message}?show=text")
+            assert shown.status_code == 403 and "secret" not in shown.text
+            assert "permission denied" in shown.text
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg.errors
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import AsyncConnectionPool
 
 Row = dict[str, Any]
@@ -44,6 +45,18 @@ ARCHIVE_COLUMNS = (
     "id, message_id, queue, channel, num_attempts, outcome, left(error, 200) AS error,"
     " created_at, archived_at, octet_length(content) AS content_bytes"
 )
+
+
+class AnyTimestamptz(TimestamptzLoader):
+    """A time as a datetime, or as PostgreSQL's text when past datetime's years 1 to 9999:
+    the API accepts ``dequeue_at`` up to year 294276, and such a message must still show
+    (and be cancellable)."""
+
+    def load(self, data: Any) -> datetime | str:  # type: ignore[override]
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return bytes(data).decode()
 
 
 class Database:
@@ -118,6 +131,7 @@ class Database:
         await self.open()
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
+            cur.adapters.register_loader("timestamptz", AnyTimestamptz)
             await cur.execute(query, params)
             return await cur.fetchall()
 
