@@ -255,6 +255,44 @@ def test_announcements_renew_what_may_not_have_taken() -> None:
     assert book.held == {"b", "c"}
 
 
+def test_tail_announces_again_without_a_gap(dsn: str, queue: Queue) -> None:
+    """Announcing a queue again begins the new announcement before ending the old one:
+    after every statement of the round, tail's session still holds the queue's slot (ended
+    first, producers skipped their NOTIFY in between and tail missed their messages)."""
+    from lonnymq.cli.tail import announce
+
+    class Later(Announcements):  # every retry is due at once
+        def plan(self, queues: Any, now: float) -> Any:
+            return super().plan(queues, now + 3600)
+
+    class Checked:  # the waiter, checked after each statement
+        def __init__(self, conn: psycopg.Connection[Any], checker: psycopg.Connection[Any]):
+            self.conn, self.checker, self.statements = conn, checker, 0
+
+        def execute(self, query: Any, params: Any = None) -> Any:
+            cur = self.conn.execute(query, params)
+            self.statements += 1
+            held = self.checker.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory'"
+                " AND granted AND classid = lonnymq._waiting_lock_class()::oid"
+                " AND objid = lonnymq._wait_slot(%s)::oid",
+                (self.conn.info.backend_pid, queue.name),
+            ).fetchone()
+            assert held is not None and held[0] == 1, f"not announced after {query}"
+            return cur
+
+    queue.create("x")  # a ready message: wait_begin answers 0, so tail announces again
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn, autocommit=True) as checker,
+    ):
+        waiter, book = Checked(conn, checker), Later()
+        announce(waiter, book, [queue.name])  # type: ignore[arg-type]
+        assert book.next_due() is not None
+        announce(waiter, book, [queue.name])  # type: ignore[arg-type]
+        assert waiter.statements == 3  # begin; begin again, end the old one
+
+
 def test_tail_announces_again_until_it_takes(dsn: str, queue: Queue) -> None:
     """A wait_begin that did not get its lock did not announce tail: it tries again, and
     hears the queue's events once it does (it used to miss them for good)."""

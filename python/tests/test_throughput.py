@@ -8,7 +8,6 @@ import json
 from lonnymq import _report
 from lonnymq.web.throughput import (
     BUCKET_S,
-    MAX_QUEUES,
     MAX_TOTAL,
     MAX_WORKERS,
     Throughput,
@@ -91,12 +90,21 @@ def test_forged_reports_are_clamped_and_bounded() -> None:
     t.record("[" * 5000 + "]" * 5000, now)  # nested too deep to parse: ignored
     charts = t.charts(now + BUCKET_S)  # the sums stay floats: no OverflowError
     assert charts["q"]["completed_total"] == MAX_TOTAL
-    # Queues the overview did not list are not charted, and tracked up to a bound only.
+    # Reports on queues the overview did not list are ignored: nothing is tracked for them.
     for i in range(20_000):
         t.record(report(f"w{i}", t._since + 1, completed=1, queue=f"made-up-{i}"), now)
-    assert len(t._buckets) == MAX_QUEUES and "q" in t._buckets
+    assert set(t._buckets) == {"q"} and set(t._workers) == {"q"}
     assert set(t.charts(now + BUCKET_S)) == {"q"}
-    # Nor are more than MAX_WORKERS workers, of a real queue.
-    for i in range(MAX_WORKERS + 100):
-        t.record(report(f"forged-{i}", t._since + 1, completed=1), now)
-    assert len(t._workers) == MAX_WORKERS
+
+
+def test_a_flood_of_workers_on_one_queue_leaves_the_others_alone() -> None:
+    t = Throughput(None)
+    t.queues = frozenset({"flooded", "other"})
+    now = 4_000_000 * BUCKET_S
+    for i in range(MAX_WORKERS * 10):
+        t.record(report(f"forged-{i}", t._since + 1, completed=1, queue="flooded"), now)
+    # A real worker starting on another queue is still heard.
+    t.record(report("real", t._since + 1, completed=3, queue="other"), now + 1)
+    charts = t.charts(now + BUCKET_S)
+    assert "other" in charts and charts["other"]["completed_total"] == 3
+    assert len(t._workers["flooded"]) == MAX_WORKERS  # capped

@@ -19,7 +19,6 @@ from starlette.testclient import TestClient
 
 from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
-from lonnymq.web.throughput import MAX_QUEUES
 
 from .helpers import block_announcements, wait_for
 
@@ -390,8 +389,12 @@ def test_overview_throughput_per_queue_from_worker_reports(
         if message.content == b"bad":
             raise RuntimeError("no")
 
+    for i in range(30):
+        create(db, queue.name, f"tenant-{i % 3}", b"bad" if i % 10 == 0 else b"ok")
+    create(db, queue.name + "_idle", "t", b"x")
     with TestClient(create_app(dsn), base_url=BASE) as c:
-        c.get("/")  # the overview starts listening
+        # The overview lists the queue (reports on others are ignored) and starts listening.
+        c.get("/")
         wait_for(
             lambda: (
                 db.execute(
@@ -401,9 +404,6 @@ def test_overview_throughput_per_queue_from_worker_reports(
             ),
             what="the overview listening for reports",
         )
-        for i in range(30):
-            create(db, queue.name, f"tenant-{i % 3}", b"bad" if i % 10 == 0 else b"ok")
-        create(db, queue.name + "_idle", "t", b"x")
         Worker(queue, handle, concurrency=4, max_attempts=1, stats_interval_ms=100).run(
             until_idle=True
         )
@@ -535,11 +535,9 @@ def test_read_only_role_uses_the_monitor_grants(
     try:
         create(db, queue_name, "t", b"x")
         # Without the grants the monitoring role reads nothing.
-        with (
-            TestClient(create_app(dsn, role=role), base_url=BASE) as c,
-            pytest.raises(psycopg.errors.InsufficientPrivilege),
-        ):
-            c.get("/")
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
+            refused = c.get("/")
+            assert refused.status_code == 403 and "permission denied" in refused.text
         db.execute(
             sql.SQL(
                 "GRANT USAGE ON SCHEMA lonnymq TO {r};"
@@ -605,6 +603,21 @@ def test_cli_allows_the_bound_address_and_loopback_with_the_port() -> None:
         "ops.example",
     ]
     assert allowed_hosts("::1", 80, [])[0] == "[::1]:80"
+
+
+def test_a_host_without_port_is_the_schemes_default_port(dsn: str) -> None:
+    from lonnymq.cli.web import allowed_hosts
+
+    # `lonnymq web --port 80 --allowed-host ops.example:443`: browsers send Host without
+    # the default port of the scheme they used.
+    hosts = allowed_hosts("127.0.0.1", 80, ["ops.example:443"])
+    with TestClient(create_app(dsn, allowed_hosts=hosts), base_url="http://localhost") as c:
+        assert c.get("/", headers={"host": "localhost"}).status_code == 200
+        assert c.get("/", headers={"host": "[::1]"}).status_code == 200
+        assert c.get("/", headers={"host": "ops.example"}).status_code == 400  # http is 80
+    with TestClient(create_app(dsn, allowed_hosts=hosts), base_url="https://ops.example") as c:
+        assert c.get("/", headers={"host": "ops.example"}).status_code == 200
+        assert c.get("/", headers={"host": "localhost"}).status_code == 400  # https is 443
 
 
 def test_pages_link_relatively_and_forbid_framing_and_caching(
@@ -781,7 +794,9 @@ def test_forged_worker_reports_cannot_break_the_overview(
             what="the forged report heard",
         )
         dashboard = c.app.state.lonnymq  # type: ignore[attr-defined]
-        assert len(set(dashboard.throughput._buckets) - {queue_name}) <= MAX_QUEUES
+        # Made-up queues are not tracked at all.
+        tracked = set(dashboard.throughput._buckets) | set(dashboard.throughput._workers)
+        assert not any(q.startswith("made-up-") for q in tracked)
 
 
 def test_schedules_tolerate_any_state_and_made_up_entries(
@@ -805,6 +820,9 @@ def test_schedules_tolerate_any_state_and_made_up_entries(
             b'{"ran_at": "not a time"}',
             b"[" * 3000 + b"]" * 3000,
             b"\xff",
+            # Valid ISO times with a zone that fall outside datetime's range in UTC.
+            b'{"interval_ms": 1000, "ran_at": "9999-12-31T23:59:59-14:00"}',
+            b'{"interval_ms": 1000, "ran_at": "0001-01-01T00:00:00+14:00"}',
         )
     ):
         name = _periodic.channel_for(f"odd-{i}")
@@ -826,3 +844,53 @@ def test_schedules_tolerate_any_state_and_made_up_entries(
     assert len(re.findall(r"data-periodic=", page.text)) == 500
     shown = re.search(r"500 of (\d+) shown", page.text)
     assert shown is not None and int(shown.group(1)) >= 606  # other tests' entries too
+
+
+def test_role_with_own_pool_is_refused(dsn: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    # SET ROLE would reach only the app's own connections, not the caller's pool.
+    pool = AsyncConnectionPool(dsn, open=False)
+    with pytest.raises(ValueError, match="role="):
+        create_app(pool, role="lonnymq_monitor")
+    create_app(pool)  # without role= the pool is accepted
+
+
+def test_a_message_due_past_year_9999_shows_and_cancels(
+    client: TestClient, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    row = db.execute(
+        "SELECT id FROM lonnymq.message_create(%s, 't', 'x', dequeue_at => '20000-01-01 UTC')",
+        (queue_name,),
+    ).fetchone()
+    assert row is not None
+    page = client.get(f"/messages/{row[0]}")
+    assert page.status_code == 200 and "20000-01-01" in page.text
+    listed = client.get("/messages", params={"queue": queue_name, "channel": "t"})
+    assert listed.status_code == 200 and "20000-01-01" in listed.text
+    done = client.post("/actions/message-cancel", data={"id": str(row[0])}, headers=ORIGIN)
+    assert done.status_code == 303
+    assert db.execute("SELECT 1 FROM lonnymq.messages WHERE id = %s", row).fetchone() is None
+
+
+def test_content_without_column_grant_is_forbidden(
+    dsn: str, db: psycopg.Connection[Any], queue_name: str
+) -> None:
+    role = "nocontent_" + uuid.uuid4().hex[:8]
+    db.execute(
+        sql.SQL(
+            "CREATE ROLE {r}; GRANT USAGE ON SCHEMA lonnymq TO {r};"
+            " GRANT EXECUTE ON FUNCTION lonnymq.queue_summary TO {r};"
+            " GRANT SELECT (id, queue, channel, num_attempts, dequeue_at, locked_until,"
+            " created_at, priority, dedup_key) ON lonnymq.messages TO {r}"
+        ).format(r=sql.Identifier(role))
+    )
+    try:
+        message = create(db, queue_name, "t", b"secret")
+        with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
+            assert c.get(f"/messages/{message}").status_code == 200
+            shown = c.get(f"/messages/{message}?show=text")
+            assert shown.status_code == 403 and "secret" not in shown.text
+            assert "permission denied" in shown.text
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(role)))

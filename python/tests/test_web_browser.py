@@ -144,7 +144,10 @@ def test_pause_a_tenant_and_see_it_stop_being_served(
 def test_see_a_workers_throughput_and_its_periodic_message(
     browser: webdriver.Chrome, base_url: str, db: psycopg.Connection[Any], queue: Queue
 ) -> None:
-    browser.get(base_url + "/")  # an open overview listens for the workers' reports
+    for i in range(12):
+        create(db, queue.name, f"tenant-{i % 2}", b"x")
+    # An open overview listens for the workers' reports on the queues it lists.
+    browser.get(base_url + "/")
     wait_for(
         lambda: (
             db.execute(
@@ -154,8 +157,6 @@ def test_see_a_workers_throughput_and_its_periodic_message(
         ),
         what="the overview listening",
     )
-    for i in range(12):
-        create(db, queue.name, f"tenant-{i % 2}", b"x")
     ticks: list[Message] = []
     worker = Worker(queue, lambda m: None, stats_interval_ms=100)
     worker.every(60_000, "nightly-report", ticks.append)

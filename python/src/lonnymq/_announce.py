@@ -28,14 +28,19 @@ RETRY_MOST_S = 60.0
 
 @dataclass(frozen=True)
 class Plan:
-    """One round: end ``again`` then begin ``begin`` (new queues and ``again``), then end
-    ``gone``. A queue announced again is ended first: ``wait_end`` ends at most what its
-    ``wait_begin`` took, and nothing if that one did not announce, so ending it after a new
-    ``wait_begin`` could end the new announcement."""
+    """One round: begin ``begin`` (new queues and ``again``), then end ``ended`` (``again``
+    and ``gone``). A queue announced again is begun before its old announcement ends, so it
+    stays announced throughout: the slot's lock is counted and ``wait_end`` ends one
+    ``wait_begin``'s share, or only the record of one that did not announce, so whichever
+    of the two took, the queue is announced after the round."""
 
     again: list[str]
     begin: list[str]
     gone: list[str]
+
+    @property
+    def ended(self) -> list[str]:
+        return self.again + self.gone
 
     def __bool__(self) -> bool:
         return bool(self.begin or self.gone)

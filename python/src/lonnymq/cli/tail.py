@@ -37,11 +37,9 @@ def announce(waiter: psycopg.Connection[Any], book: Announcements, queues_now: l
     plan = book.plan(queues_now, time.monotonic())
     if not plan:
         return
-    if plan.again:
-        waiter.execute(_sql.WITHDRAW, (plan.again,))
     hints = waiter.execute(_sql.ANNOUNCE, (plan.begin,)).fetchall() if plan.begin else []
-    if plan.gone:
-        waiter.execute(_sql.WITHDRAW, (plan.gone,))
+    if plan.ended:
+        waiter.execute(_sql.WITHDRAW, (plan.ended,))
     book.record(plan, hints, time.monotonic())
 
 

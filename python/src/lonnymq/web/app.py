@@ -78,9 +78,9 @@ def create_app(
 
     ``conninfo_or_pool``: a libpq DSN (the app opens a small pool on first use) or a
     ``psycopg_pool.AsyncConnectionPool`` of yours. Read-only unless ``actions=True``: its
-    transactions are read-only, and with ``role`` every connection runs ``SET ROLE`` to it
-    (typically the monitoring role of the README). ``auth=(user, password)`` requires basic
-    auth on every request. ``registry``: where the database metrics are registered (a
+    transactions are read-only, and with ``role`` (DSN only) every connection runs ``SET
+    ROLE`` to it (typically the monitoring role of the README). ``auth=(user, password)``
+    requires basic auth on every request. ``registry``: where the database metrics are registered (a
     fresh one by default; pass the one your app already exports to merge them).
     ``allowed_hosts``: the ``Host`` names it answers to (``name`` on any port, or
     ``name:port``); by default the loopback names, ``localhost``, ``127.0.0.1`` and
@@ -105,6 +105,7 @@ def create_app(
         exception_handlers={
             BadInput: dashboard.bad_input,
             psycopg.errors.DataError: dashboard.bad_input,
+            psycopg.errors.InsufficientPrivilege: dashboard.forbidden,
         },
     )
     app.state.lonnymq = dashboard
@@ -233,6 +234,11 @@ class Dashboard:
         """A page asked with a parameter out of bounds: 400 with what was wrong, only the
         error's first line (never the statements of its context)."""
         return PlainTextResponse(f"bad request: {primary_message(exc)}", status_code=400)
+
+    async def forbidden(self, request: Request, exc: Exception) -> Response:
+        """A page the role may not read in full (say, content without column SELECT on it):
+        403 with the error's first line."""
+        return PlainTextResponse(f"forbidden: {primary_message(exc)}", status_code=403)
 
     async def queue(self, name: str) -> AsyncQueue:
         """The client for one queue, over the dashboard's pool (its role, read-only or not)."""
@@ -682,5 +688,8 @@ def format_age(ms: int | float | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def format_when(at: datetime | None) -> str:
-    return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def format_when(at: datetime | str | None) -> str:
+    """A time in UTC; a str is one past datetime's range, as PostgreSQL wrote it (db.py)."""
+    if at is None:
+        return "-"
+    return at if isinstance(at, str) else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

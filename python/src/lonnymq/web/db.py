@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg.errors
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import AsyncConnectionPool
 
 Row = dict[str, Any]
@@ -44,6 +45,18 @@ ARCHIVE_COLUMNS = (
     "id, message_id, queue, channel, num_attempts, outcome, left(error, 200) AS error,"
     " created_at, archived_at, octet_length(content) AS content_bytes"
 )
+
+
+class AnyTimestamptz(TimestamptzLoader):
+    """A time as a datetime, or as PostgreSQL's text when past datetime's years 1 to 9999:
+    the API accepts ``dequeue_at`` up to year 294276, and such a message must still show
+    (and be cancellable)."""
+
+    def load(self, data: Any) -> datetime | str:  # type: ignore[override]
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return bytes(data).decode()
 
 
 class Database:
@@ -75,6 +88,9 @@ class Database:
             self._owns_pool = True
             self._opened = False
         else:
+            if role is not None:
+                # The pool's connections are the caller's: SET ROLE on them is not ours.
+                raise ValueError("role= needs a DSN: with your own pool, connect as the role")
             self.pool = conninfo_or_pool
             self._owns_pool = False
             self._opened = True
@@ -115,6 +131,7 @@ class Database:
         await self.open()
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
+            cur.adapters.register_loader("timestamptz", AnyTimestamptz)
             await cur.execute(query, params)
             return await cur.fetchall()
 
@@ -286,9 +303,15 @@ def periodic_state(state: bytes | None) -> dict[str, Any]:
     interval = data.get("interval_ms")
     error = data.get("error")
     try:
-        ran_at = datetime.fromisoformat(data["ran_at"])
+        ran_at: datetime | None = datetime.fromisoformat(data["ran_at"])
     except (KeyError, TypeError, ValueError):
         ran_at = None
+    if ran_at is not None and ran_at.tzinfo is not None:
+        try:
+            # In UTC, as the page shows it; an offset can push it past year 1 or 9999.
+            ran_at = ran_at.astimezone(UTC)
+        except OverflowError:
+            ran_at = None
     return {
         # bool is an int to Python, not to a Worker.
         "interval_ms": interval

@@ -121,14 +121,12 @@ async def _announce(
     if not plan:
         return
     try:
-        if plan.again:
-            await waiter.execute(_sql.WITHDRAW, (plan.again,))
         hints: list[tuple[str, int | None]] = []
         if plan.begin:
             cur = await waiter.execute(_sql.ANNOUNCE, (plan.begin,))
             hints = await cur.fetchall()
-        if plan.gone:
-            await waiter.execute(_sql.WITHDRAW, (plan.gone,))
+        if plan.ended:
+            await waiter.execute(_sql.WITHDRAW, (plan.ended,))
     except psycopg.errors.InsufficientPrivilege as exc:
         log.info(
             "live page cannot announce itself as waiting (%s): events only while workers wait", exc

@@ -77,10 +77,12 @@ def host_entry(host: str, port: int | None = None) -> str:
 class HostGuard:
     """ASGI middleware: 400 unless the request's ``Host`` is one of ``allowed``, before any
     other middleware or handler runs. An entry with a port matches that port only; one
-    without matches the name on any port. The browser sends the name it was pointed at, so
-    a page of another name (one that resolves to this address) is refused even when its
-    ``Origin`` matches its ``Host``. Every answer also forbids framing, and every answer
-    but the static files forbids caching (pages show message content and refresh anyway)."""
+    without matches the name on any port. A ``Host`` without a port means the scheme's
+    default one (80, or 443 over https), as browsers leave it out. The browser sends the
+    name it was pointed at, so a page of another name (one that resolves to this address)
+    is refused even when its ``Origin`` matches its ``Host``. Every answer also forbids
+    framing, and every answer but the static files forbids caching (pages show message
+    content and refresh anyway)."""
 
     def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
         self.app = app
@@ -91,18 +93,21 @@ class HostGuard:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
-        if not self.allows(Headers(scope=scope).get("host", "")):
+        if not self.allows(Headers(scope=scope).get("host", ""), scope.get("scheme", "http")):
             response = PlainTextResponse("unknown host", status_code=400)
             await response(scope, receive, _with_headers(send, scope))
             return
         await self.app(scope, receive, _with_headers(send, scope))
 
-    def allows(self, host: str) -> bool:
+    def allows(self, host: str, scheme: str = "http") -> bool:
         host = host.strip().lower()
         if host in self._exact:
             return True
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name in self._any_port
+        if _bare(host):
+            # Browsers leave the scheme's default port out of Host: http://name is name:80.
+            port = 443 if scheme in ("https", "wss") else 80
+            return host in self._any_port or f"{host}:{port}" in self._exact
+        return host.rsplit(":", 1)[0] in self._any_port
 
 
 def _bare(entry: str) -> bool:

@@ -11,8 +11,9 @@ CHART_S does the app listen (one connection, no announcement, producers unaffect
 Reports cover work settled by lonnymq's Worker and AsyncWorker; a consumer of its own (SQL,
 ``Queue.dequeue`` by hand) shows in the all-queues chart only. Any role may NOTIFY: the
 chart is for reading trends, not for accounting, and a forged report can cost little: its
-numbers are clamped, only the queues the overview lists are charted, and the workers and
-the queues tracked are capped (a queue it listed is always tracked).
+numbers are clamped, reports on queues the overview does not list are ignored, and the
+workers tracked per queue are capped (a flood of made-up workers on one queue leaves the
+others alone).
 """
 
 from __future__ import annotations
@@ -38,11 +39,9 @@ CHECK_S = 1.0
 KINDS = ("completed", "failed")
 # A worker's totals are clamped here (a float holds them exactly; far beyond any real count).
 MAX_TOTAL = 2**53
-# At most this many workers, and queues the overview did not list (a queue newer than its
-# last read, or a made-up name), are tracked: more are ignored until the old ones are
-# forgotten (CHART_S after their last report).
-MAX_WORKERS = 10_000
-MAX_QUEUES = 1_000
+# At most this many workers of one queue are tracked: more are ignored until the old ones
+# are forgotten (CHART_S after their last report).
+MAX_WORKERS = 1_000
 MAX_NAME_CHARS = 256
 
 
@@ -52,7 +51,8 @@ class Throughput:
         self._until = 0.0  # listen until then (monotonic)
         self._task: asyncio.Task[None] | None = None
         self._since = time.time()  # reports of workers started before are a baseline only
-        self._workers: dict[str, tuple[float, dict[str, int]]] = {}  # id -> (heard, totals)
+        # queue -> worker id -> (heard, totals)
+        self._workers: dict[str, dict[str, tuple[float, dict[str, int]]]] = {}
         self._buckets: dict[str, dict[int, list[int]]] = {}  # queue -> bucket -> per kind
         # The queues the overview listed last: the only ones charted.
         self.queues: frozenset[str] = frozenset()
@@ -98,11 +98,11 @@ class Throughput:
         if report is None:
             return
         queue, worker, since, totals = report
-        known = queue in self.queues or queue in self._buckets
-        if not known and len(self._buckets) >= MAX_QUEUES:
-            return  # made-up names cannot grow it without bound
-        heard = self._workers.get(worker)
-        if heard is None and len(self._workers) >= MAX_WORKERS:
+        if queue not in self.queues:
+            return  # a made-up name, or a queue newer than the overview's last read
+        workers = self._workers.setdefault(queue, {})
+        heard = workers.get(worker)
+        if heard is None and len(workers) >= MAX_WORKERS:
             self._forget(now)
             return
         if heard is not None:
@@ -111,7 +111,7 @@ class Throughput:
             before = dict.fromkeys(KINDS, 0)  # started while we listen: all of it is new
         else:
             before = None  # its totals include work done before we listened
-        self._workers[worker] = (now, totals)
+        workers[worker] = (now, totals)
         if before is not None:
             bucket = self._buckets.setdefault(queue, {}).setdefault(
                 int(now // BUCKET_S), [0] * len(KINDS)
@@ -133,7 +133,12 @@ class Throughput:
                 self._buckets[queue] = kept
             else:
                 del self._buckets[queue]
-        self._workers = {w: h for w, h in self._workers.items() if h[0] >= now - CHART_S}
+        for queue in list(self._workers):
+            kept_workers = {w: h for w, h in self._workers[queue].items() if h[0] >= now - CHART_S}
+            if kept_workers:
+                self._workers[queue] = kept_workers
+            else:
+                del self._workers[queue]
 
     def charts(self, now: float, width: float = 160.0, height: float = 28.0) -> dict[str, Any]:
         """Per queue: a sparkline of completions and failures per second over the finished
