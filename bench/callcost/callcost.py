@@ -9,7 +9,8 @@ callgrind dump and zero its counters (--dump-before=pg_postmaster_start_time).
 Per call = the segment's instructions / N - the same for `SELECT 1`.
 
     callcost.py gen IDS_JSON > script.sql   # ids: first ids of each system
-    callcost.py report DUMP_DIR             # the table, from the dumps
+    callcost.py report DIR...               # the table, one column per run
+    callcost.py profile DIR CASE...         # inclusive costs of a few functions
 """
 import glob
 import json
@@ -173,27 +174,35 @@ def totals(path):
     raise SystemExit(f"no totals in {path}")
 
 
-def report(d):
+def dumps_of(d):
+    # callgrind.out.PID.K, K = 1, 2, ... in order (the one at exit has no K).
+    return sorted(glob.glob(os.path.join(d, "callgrind.out.*.*")), key=lambda p: int(p.rsplit(".", 1)[1]))
+
+
+def per_call(d):
+    """Instructions per call of each case, minus those of `SELECT 1` (run the same way)."""
     meta = json.load(open(os.path.join(d, "labels.json")))
-    labels, n = meta["labels"], meta["n"]
-    dumps = sorted(glob.glob(os.path.join(d, "callgrind.out.*")),
-                   key=lambda p: [int(x) for x in re.findall(r"\d+", os.path.basename(p))])
-    # Dumps are .1, .2, ... in order (the final one, at exit, has no suffix).
-    dumps = [p for p in dumps if re.search(r"\.\d+\.\d+$", p)]
-    if len(dumps) < len(labels):
-        raise SystemExit(f"{len(dumps)} dumps for {len(labels)} segments")
+    dumps = dumps_of(d)
+    if len(dumps) < len(meta["labels"]):
+        raise SystemExit(f"{d}: {len(dumps)} dumps for {len(meta['labels'])} segments")
     acc = {}
-    for (label, calls), path in zip(labels, dumps):
+    for (label, calls), path in zip(meta["labels"], dumps):
         if label:
             ir, c = acc.get(label, (0, 0))
             acc[label] = (ir + totals(path), c + calls)
     per = {label: ir / c for label, (ir, c) in acc.items()}
     base = per.pop("SELECT 1 (baseline)")
-    base1 = per.pop("SELECT 1, a mark after each call (baseline of the near-empty rows)")
-    print(f"| case | instructions per call, minus `SELECT 1` ({base:,.0f}; near empty: {base1:,.0f}) |")
-    print("|---|---|")
-    for label, v in per.items():
-        print(f"| {label} | {v - (base1 if label.startswith('near empty') else base):,.0f} |")
+    base1 = per.pop("SELECT 1, a mark after each call (baseline of the near-empty rows)", base)
+    return {label: v - (base1 if label.startswith("near empty") else base) for label, v in per.items()}, base
+
+
+def report(dirs):
+    runs = [per_call(d) for d in dirs]
+    print("| case | " + " | ".join(os.path.basename(d.rstrip("/")) for d in dirs) + " |")
+    print("|---|" + "---|" * len(dirs))
+    print("| `SELECT 1` itself (subtracted below) | " + " | ".join(f"{b:,.0f}" for _, b in runs) + " |")
+    for label in runs[0][0]:
+        print(f"| {label} | " + " | ".join(f"{r.get(label, float('nan')):,.0f}" for r, _ in runs) + " |")
 
 
 # Where a call goes (inclusive instructions per call, outermost activation):
@@ -208,9 +217,8 @@ PROFILED = ["ExecMakeTableFunctionResult", "fmgr_security_definer", "plpgsql_cal
 def profile(d, wanted):
     import subprocess
     meta = json.load(open(os.path.join(d, "labels.json")))
-    labels, n = meta["labels"], meta["n"]
-    dumps = sorted(glob.glob(os.path.join(d, "callgrind.out.*.*")),
-                   key=lambda p: int(p.rsplit(".", 1)[1]))
+    labels = meta["labels"]
+    dumps = dumps_of(d)
     for (label, calls), path in zip(labels, dumps):
         if not label or calls == 1 or not any(w in label for w in wanted):
             continue
@@ -236,4 +244,4 @@ if __name__ == "__main__":
         sys.stdout.write(script)
         json.dump({"n": N, "labels": labels}, open(sys.argv[3], "w"))
     else:
-        report(sys.argv[2])
+        report(sys.argv[2:])
