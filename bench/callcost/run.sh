@@ -2,6 +2,9 @@
 # Instructions per call of lonnymq's API shell and the peers' calls, counted
 # by callgrind in one single-user backend (no perf counters needed).
 #   PGBIN=... PGPORT=... bench/callcost/run.sh [WORKDIR]
+# (CALLCOST_N / CALLCOST_W: calls measured / warmed per case, default
+# 200 / 20. For a server without psql, e.g. test/servers' PostgreSQL 18,
+# PSQL names 15's. Compare runs: callcost.py report WORKDIR1 WORKDIR2.)
 # Runs as the postgres user when started as root. Peers load from
 # LONNYMQ_PEERS_DIR (default ../shared/peers) when present.
 set -eu
