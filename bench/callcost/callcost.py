@@ -7,6 +7,8 @@ run.sh), then reads callgrind's dumps back. Each case is a warm-up segment
 transaction as a client's call is; a marker statement between segments makes
 callgrind dump and zero its counters (--dump-before=pg_postmaster_start_time).
 Per call = the segment's instructions / N - the same for `SELECT 1`.
+No autovacuum runs in a single-user backend: deleted rows stay dead in
+every system's tables alike, as between two vacuums.
 
     callcost.py gen IDS_JSON > script.sql   # ids: first ids of each system
     callcost.py report DIR...               # the table, one column per run
