@@ -3,9 +3,7 @@ EXTENSION   = lonnymq
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 
 # Released scripts are frozen (test/released.sha256) and installed as they are:
-# lonnymq--1.0.sql, and every upgrade script since in sql/released/. PostgreSQL
-# reaches any released version from 1.0 through them, so no later install
-# script is kept.
+# lonnymq--1.0.sql, and every later install and upgrade script in sql/released/.
 RELEASED    = $(EXTENSION)--1.0.sql $(sort $(wildcard sql/released/$(EXTENSION)--*.sql))
 DATA        = $(RELEASED)
 

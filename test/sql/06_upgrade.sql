@@ -1,7 +1,6 @@
 -- ALTER EXTENSION lonnymq UPDATE with live traffic, from every released
--- version (test/upgrade_route.psql, once per version). Of the released install
--- scripts only lonnymq--1.0.sql ships: CREATE EXTENSION lonnymq VERSION 'X'
--- reaches every later release X through the upgrade scripts. Each route:
+-- version (test/upgrade_route.psql, once per version): CREATE EXTENSION
+-- lonnymq VERSION 'X' from X's frozen install script. Each route:
 -- messages pending, scheduled, locked, expired, deferred, archived,
 -- deduplicated, hints not yet folded in and a limited channel in flight; then
 -- the update, and every message is still served exactly once under the same
