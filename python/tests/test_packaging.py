@@ -57,3 +57,14 @@ def test_wheel_ships_the_sql_and_type_marker(tmp_path: Path) -> None:
     assert "lonnymq/py.typed" in names
     script = zipfile.ZipFile(wheel).read(current).decode()
     assert "FUNCTION lonnymq.message_dequeue(" in script
+
+
+def test_a_checkout_installs_the_development_version_from_sql() -> None:
+    # An editable install finds its script in the checkout, where the development version's
+    # script is not committed: it is sql/*.sql in name order, never an older frozen script.
+    from lonnymq import install
+
+    sources = sorted((PYTHON_DIR.parent / "sql").glob("*.sql"))
+    assert install._checkout_scripts() == [
+        (f"lonnymq--{_default_version()}.sql", "".join(p.read_text() for p in sources))
+    ]
