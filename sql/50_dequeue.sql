@@ -1005,13 +1005,11 @@ BEGIN
            (SELECT m.locked_until_ms FROM lonnymq.message m
             WHERE m.queue_id = q.id AND m.locked_until_ms <= v_now_ms
             ORDER BY m.locked_until_ms LIMIT 1) IS NOT NULL AS expired,
-           -- Whether any channel is ready, only when channel-less messages
-           -- are (a single dequeue with none never needs it): with no channel
-           -- ready, they are all there is (see _dequeue_many).
-           CASE WHEN f.channelless_ms IS NOT NULL
-                THEN EXISTS (SELECT 1 FROM lonnymq.channel c
-                             WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) END
-               AS channels_ready
+           -- Whether any channel is ready: with none, the channel-less
+           -- messages are all there is (see _dequeue_many), and with neither
+           -- the call is over.
+           EXISTS (SELECT 1 FROM lonnymq.channel c
+                   WHERE c.queue_id = q.id AND c.ready_ms <= v_now_ms AND NOT c.paused) AS channels_ready
     INTO v_probe
     FROM lonnymq.queue q
     LEFT JOIN LATERAL (SELECT greatest(m.dequeue_ms, q.channelless_turn_ms) AS channelless_ms
@@ -1022,6 +1020,10 @@ BEGIN
                        LIMIT 1) f ON true
     WHERE q.name = message_dequeue.queue;
     IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Nothing to redeliver and nothing ready: an idle queue costs one statement.
+    IF NOT (v_probe.expired OR v_probe.hinted OR v_probe.channels_ready OR v_probe.channelless_ms IS NOT NULL) THEN
         RETURN;
     END IF;
     v_queue := v_probe.queue;
