@@ -62,11 +62,23 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._wait_slot(text) IS 'Wake-up slot (0-63) of a queue: the key of its wake-up locks.';
 
--- How many head locks one call may hold: each is an entry in PostgreSQL's
--- shared lock table (max_locks_per_transaction x max_connections entries for
--- the whole server), which a call over thousands of channels could exhaust
--- for everyone. Past it a producer writes its hint and a dequeue leaves a head
--- early, which are always safe.
+-- The key of a channel's head lock: its lock_key folded into one of 256
+-- slots, so that a transaction producing into (or dequeuing from) any
+-- number of channels holds at most 256 entries of PostgreSQL's shared lock
+-- table. Channels that share a slot only make each other's head rise later
+-- (a raise is a try, and fails while a producer of any channel of its slot
+-- is in flight), never wait or lose a message.
+CREATE OR REPLACE FUNCTION lonnymq._head_lock_slot(p_lock_key integer) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_lock_key OPERATOR(pg_catalog.&) 255
+$$;
+COMMENT ON FUNCTION lonnymq._head_lock_slot(integer) IS 'Head-lock slot (0-255) of a channel lock key.';
+
+-- How many head locks one call may take: a producer of a batch past it
+-- writes its hints, and a dequeue leaves heads early, which are always safe.
+-- (The entries of PostgreSQL's shared lock table that head locks use are
+-- bounded per transaction by their slots, _head_lock_slot.)
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_budget() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$

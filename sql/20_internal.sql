@@ -561,7 +561,8 @@ CREATE OR REPLACE FUNCTION lonnymq._hold_head_lock(p_lock_key integer) RETURNS b
 LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE WHEN lonnymq._read_committed()
-                THEN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(), p_lock_key)
+                THEN pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq._head_lock_class(),
+                                                                lonnymq._head_lock_slot(p_lock_key))
                 ELSE false END
 $$;
 COMMENT ON FUNCTION lonnymq._hold_head_lock(integer) IS 'Whether a producer holds a channel head lock and may skip its hint.';
@@ -573,7 +574,8 @@ CREATE OR REPLACE FUNCTION lonnymq._take_head_lock(p_lock_key integer) RETURNS b
 LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE WHEN lonnymq._read_committed()
-                THEN pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(), p_lock_key)
+                THEN pg_catalog.pg_try_advisory_xact_lock(lonnymq._head_lock_class(),
+                                                          lonnymq._head_lock_slot(p_lock_key))
                 ELSE false END
 $$;
 COMMENT ON FUNCTION lonnymq._take_head_lock(integer) IS 'Whether a dequeuer holds a channel head lock and may raise it.';

@@ -5,7 +5,8 @@ The lock table is shared by every database of the server (max_locks_per_transact
 In 1.0 a batch create over 20,000 distinct channels, or two dequeues of 10,000 over 12,000
 channels, took one advisory lock per channel and failed with "out of shared memory" (and so
 did an unrelated session elsewhere). Channels are now coordinated through row locks, which
-live in the rows, and the head locks a call may hold are bounded (_head_lock_budget, 256).
+live in the rows, and head locks are keyed by 256 slots (_head_lock_slot), so a transaction
+holds at most 256 of them however many channels it writes to or drains.
 
 The wake-up handshake escaped that bound until 2.0: wait_begin kept one session lock per
 queue, and a producer one lock per queue it wrote to until commit, so on a server with a small
@@ -35,7 +36,7 @@ from .conftest import (
     verify,
 )
 
-HEAD_LOCK_BUDGET = 256
+HEAD_LOCK_SLOTS = 256
 WAKE_SLOTS = 64
 
 
@@ -64,7 +65,7 @@ def test_a_batch_over_20000_channels_holds_a_bounded_number_of_locks(dsn: str) -
             (channels,),
         ).fetchall()
         assert statuses == [("created",)] * 20_000
-        assert advisory_locks(conn) <= HEAD_LOCK_BUDGET + 2
+        assert advisory_locks(conn) <= HEAD_LOCK_SLOTS + 2
         conn.commit()
         # A second batch over the same (now existing) channels, in the same way.
         conn.execute(
@@ -72,7 +73,7 @@ def test_a_batch_over_20000_channels_holds_a_bounded_number_of_locks(dsn: str) -
             "array_fill('y'::bytea, ARRAY[20000]))",
             (channels,),
         )
-        assert advisory_locks(conn) <= HEAD_LOCK_BUDGET + 2
+        assert advisory_locks(conn) <= HEAD_LOCK_SLOTS + 2
         conn.commit()
     assert verify(dsn) == []
 
@@ -114,7 +115,7 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
     assert not errors, errors
     delivered = results[0][0] + results[1][0]
     assert len(delivered) == len(set(delivered))  # each message once
-    assert all(locks <= HEAD_LOCK_BUDGET + 2 for _, locks in results.values()), results
+    assert all(locks <= HEAD_LOCK_SLOTS + 2 for _, locks in results.values()), results
     assert verify(dsn) == []
     # Channels whose new work neither call had folded in yet (each folds in as many as it
     # can serve) are served by the next call: nothing is left behind.
@@ -131,6 +132,40 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
         and len(delivered + rest) == 12_000
     )
 
+
+
+def test_a_transaction_over_3000_channels_holds_at_most_the_slots(dsn: str) -> None:
+    """Head locks are held until commit, so a transaction of many calls used to add one entry
+    per channel it wrote to or drained (3,000 channels: 3,000 entries), however small each
+    call's share. Keyed by slot, the whole transaction holds at most the slots."""
+    channels = [f"fan-{i}" for i in range(3_000)]
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "SELECT count(*) FROM lonnymq.message_create_batch('fanout', %s,"
+            " array_fill('seed'::bytea, ARRAY[3000]))",
+            (channels,),
+        )
+        conn.commit()
+        # A message into each (now existing) channel, one call each, in one transaction.
+        created = scalar(
+            conn,
+            "SELECT count(*) FROM unnest(%s::text[]) c, lonnymq.message_create('fanout', c, 'x') m"
+            " WHERE m.status = 'created'",
+            (channels,),
+        )
+        assert created == 3_000
+        assert advisory_locks(conn) <= HEAD_LOCK_SLOTS + WAKE_SLOTS
+        conn.commit()
+        # Draining them in one transaction: every channel's head rises as it drains.
+        delivered = 0
+        for _ in range(6):
+            delivered += int(
+                scalar(conn, "SELECT count(*) FROM lonnymq.message_dequeue('fanout', 60000, 1000)")
+            )
+        assert delivered == 6_000
+        assert advisory_locks(conn) <= HEAD_LOCK_SLOTS
+        conn.commit()
+    assert verify(dsn) == []
 
 # -- the wake-up handshake on a server with a small lock table ----------------------------------
 
@@ -180,8 +215,8 @@ def test_a_waiter_over_2000_queues_and_a_producer_into_15000_fit_a_small_lock_ta
         waiter.execute("LISTEN lonnymq")
         # A producer into 15,000 queues in one statement, nobody waiting: it holds the producing
         # lock of each slot until commit, one entry per slot. (Channel-less messages: a message
-        # into an existing channel also holds that channel's head lock until commit, which
-        # _head_lock_budget bounds per call, not per transaction.)
+        # into an existing channel also holds its channel's head-lock slot until commit:
+        # test_a_transaction_over_3000_channels_holds_at_most_the_slots.)
         with psycopg.connect(dsn) as producer:
             created = scalar(
                 producer,
