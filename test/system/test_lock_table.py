@@ -133,7 +133,6 @@ def test_two_dequeues_of_10000_over_12000_channels(dsn: str) -> None:
     )
 
 
-
 def test_a_transaction_over_3000_channels_holds_at_most_the_slots(dsn: str) -> None:
     """Head locks are held until commit, so a transaction of many calls used to add one entry
     per channel it wrote to or drained (3,000 channels: 3,000 entries), however small each
@@ -166,6 +165,7 @@ def test_a_transaction_over_3000_channels_holds_at_most_the_slots(dsn: str) -> N
         assert advisory_locks(conn) <= HEAD_LOCK_SLOTS
         conn.commit()
     assert verify(dsn) == []
+
 
 # -- the wake-up handshake on a server with a small lock table ----------------------------------
 
