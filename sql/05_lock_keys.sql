@@ -62,26 +62,25 @@ AS $$
 $$;
 COMMENT ON FUNCTION lonnymq._wait_slot(text) IS 'Wake-up slot (0-63) of a queue: the key of its wake-up locks.';
 
--- The key of a channel's head lock: its lock_key folded into one of 256
--- slots, so that a transaction producing into (or dequeuing from) any
--- number of channels holds at most 256 entries of PostgreSQL's shared lock
--- table. Channels that share a slot only make each other's head rise later
--- (a raise is a try, and fails while a producer of any channel of its slot
--- is in flight), never wait or lose a message.
-CREATE OR REPLACE FUNCTION lonnymq._head_lock_slot(p_lock_key integer) RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT p_lock_key OPERATOR(pg_catalog.&) 255
-$$;
-COMMENT ON FUNCTION lonnymq._head_lock_slot(integer) IS 'Head-lock slot (0-255) of a channel lock key.';
-
--- How many head locks one call may take: a producer of a batch past it
--- writes its hints, and a dequeue leaves heads early, which are always safe.
--- (The entries of PostgreSQL's shared lock table that head locks use are
--- bounded per transaction by their slots, _head_lock_slot.)
+-- How many head locks there are, and so how many one call may take: a
+-- producer of a batch past it writes its hints, and a dequeue leaves heads
+-- early, which are always safe. A power of two (see _head_lock_slot).
 CREATE OR REPLACE FUNCTION lonnymq._head_lock_budget() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT 256
 $$;
 COMMENT ON FUNCTION lonnymq._head_lock_budget() IS 'Most head locks one call holds.';
+
+-- The key of a channel's head lock: its lock_key folded into one of the
+-- budget's slots, so that a transaction producing into (or dequeuing from)
+-- any number of channels holds at most that many entries of PostgreSQL's
+-- shared lock table. Channels that share a slot only make each other's head
+-- rise later (a raise is a try, and fails while a producer of any channel
+-- of its slot is in flight), never wait or lose a message.
+CREATE OR REPLACE FUNCTION lonnymq._head_lock_slot(p_lock_key integer) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_lock_key OPERATOR(pg_catalog.&) (lonnymq._head_lock_budget() - 1)
+$$;
+COMMENT ON FUNCTION lonnymq._head_lock_slot(integer) IS 'Head-lock slot of a channel lock key (see _head_lock_budget).';

@@ -1019,11 +1019,9 @@ BEGIN
                        ORDER BY m.dequeue_ms, m.id
                        LIMIT 1) f ON true
     WHERE q.name = message_dequeue.queue;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    -- Nothing to redeliver and nothing ready: an idle queue costs one statement.
-    IF NOT (v_probe.expired OR v_probe.hinted OR v_probe.channels_ready OR v_probe.channelless_ms IS NOT NULL) THEN
+    -- No such queue, or nothing to redeliver and nothing ready: one statement.
+    IF NOT FOUND OR NOT (v_probe.expired OR v_probe.hinted OR v_probe.channels_ready
+                         OR v_probe.channelless_ms IS NOT NULL) THEN
         RETURN;
     END IF;
     v_queue := v_probe.queue;
