@@ -18,7 +18,12 @@ UPGRADE_IN  = $(wildcard sql/upgrade/*--$(EXTVERSION).sql)
 REPLAYABLE  = $(filter-out sql/00_header.sql sql/10_tables.sql, $(SOURCES))
 CURRENT_SCRIPT = $(EXTENSION)--$(EXTVERSION).sql
 UPGRADE_SCRIPT = $(patsubst sql/upgrade/%,$(EXTENSION)--%,$(UPGRADE_IN))
+# Once the version is released its frozen script is installed instead (PGXS
+# refuses to install two files of one name); scripts/check-version keeps sql/
+# equal to it until the next version is opened.
+ifeq ($(wildcard sql/released/$(CURRENT_SCRIPT)),)
 DATA_built  = $(CURRENT_SCRIPT) $(UPGRADE_SCRIPT)
+endif
 EXTRA_CLEAN = $(EXTENSION)-*.zip
 
 # Every test/sql/*.sql is a pg_regress test and every test/specs/*.spec an
