@@ -12,7 +12,9 @@
 # workload 2's one hot channel. PAIR_SYNC=on runs it with synchronous_commit on (default off).
 # PAIR_BATCH=N (1-1000; default 1, single calls): from 2 on, workload 4's shape instead,
 # batches of N (the batch scripts, and the original LonnyMQ left out: it has no batch
-# calls); the seed is then 20 batches.
+# calls); the seed is then 20 batches. PAIR_SHAPE=one is near empty's shape (b) instead:
+# from an empty queue, one client creating, dequeuing and completing in turn (the create
+# script, then the consume script, three commits a lifecycle).
 #
 # Writes bench/results/pair-NAME.csv: round, database, created, completed, messages per
 # second (the lesser of the two, as bench/run counts a lifecycle), the mean top-level
@@ -35,6 +37,10 @@ if [ "$batch" -gt 1 ]; then
     kind=_batch calls=(message_dequeue message_complete_batch message_create_batch) seeded=$((20 * batch))
 fi
 [[ $sync =~ ^(on|off)$ ]] || { echo "PAIR_SYNC must be on or off" >&2; exit 2; }
+shape=${PAIR_SHAPE:-w1}
+[[ $shape =~ ^(w1|one)$ ]] || { echo "PAIR_SHAPE must be w1 or one" >&2; exit 2; }
+[ "$shape" = one ] && [ "$batch" -gt 1 ] && { echo "PAIR_SHAPE=one takes single calls" >&2; exit 2; }
+lonnymq_seed=2000
 pair_channels
 peers=${LONNYMQ_PEERS_DIR:-$here/../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../$peers
@@ -43,6 +49,14 @@ pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -
          -D nchannels=$channels -D payload='\x00' -D batch=$batch)
 scripts=$here/pgbench
 out=$here/results/pair-$name.csv
+if [ "$shape" = one ]; then
+    seeded=0 lonnymq_seed=0
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    for system in lonnymq lonnymq_original; do
+        cat "$scripts/${system}_create.sql" "$scripts/${system}_consume.sql" > "$work/${system}.sql"
+    done
+fi
 
 for db in lp_a lp_b lp_original; do
     "${psql[@]}" -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" \
@@ -63,7 +77,7 @@ seed() {
             -c "VACUUM ANALYZE lonny_up.message" -c "VACUUM ANALYZE lonny_up.channel" >/dev/null
     else
         "${psql[@]}" -d "$1" -c "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive" \
-            -c "SELECT count(lonnymq.message_create('bench', 'c' || (i % $channels + 1), '\x00'::bytea)) FROM generate_series(1, 2000) i" \
+            -c "SELECT count(lonnymq.message_create('bench', 'c' || (i % $channels + 1), '\x00'::bytea)) FROM generate_series(1, $lonnymq_seed) i" \
             -c "VACUUM ANALYZE lonnymq.message" -c "VACUUM ANALYZE lonnymq.channel" \
             -c "VACUUM ANALYZE lonnymq.channel_hint" >/dev/null
     fi
@@ -84,11 +98,15 @@ for round in $(seq "$rounds"); do
         seed "$db"
         before=$(live "$db")
         produced=$(mktemp)
-        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}${kind}_create.sql" "$db" \
-            > "$produced" 2>&1 &
-        PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}${kind}_consume.sql" "$db" \
-            > /dev/null 2>&1
-        wait
+        if [ "$shape" = one ]; then
+            PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 1 -f "$work/$system.sql" "$db" > "$produced" 2>&1
+        else
+            PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}${kind}_create.sql" "$db" \
+                > "$produced" 2>&1 &
+            PGOPTIONS="-c synchronous_commit=$sync" "${pgbench[@]}" -c 4 -f "$scripts/${system}${kind}_consume.sql" "$db" \
+                > /dev/null 2>&1
+            wait
+        fi
         after=$(live "$db")
         created=$(( $(grep -oP 'actually processed: \K\d+' "$produced") * batch ))
         rm -f "$produced"
