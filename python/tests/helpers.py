@@ -1,9 +1,12 @@
-"""Small helpers shared by the worker tests: waiting for a condition with a deadline."""
+"""Small helpers shared by the tests: waiting for a condition with a deadline, reading the
+queue, holding a queue's announcements and the monitor's GRANT recipe."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -52,3 +55,15 @@ def block_announcements(dsn: str, queue: str) -> psycopg.Connection[Any]:
             keys = [k - 2**32 if k >= 2**31 else k for k in (classid, objid)]
             blocker.execute("SELECT pg_advisory_lock(%s::int4, %s::int4)", keys)
     return blocker
+
+
+GRANTS = Path(__file__).resolve().parents[2] / "docs" / "grants.sql"
+
+
+def monitor_grants(role: str) -> str:
+    """docs/grants.sql's monitor recipe (its section, up to the next recipe's heading) with
+    ``role`` in place of ``lonnymq_monitor``: the grants a read-only dashboard is documented
+    to need, read from their one home."""
+    sections = re.split(r"(?m)^(?=-- [A-Z]\w* \(lonnymq_\w+\):)", GRANTS.read_text())
+    [monitor] = [s for s in sections if s.startswith("-- Monitor (lonnymq_monitor):")]
+    return re.sub(r"\blonnymq_monitor\b", role, monitor)

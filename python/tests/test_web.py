@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from lonnymq import Message, Queue, Worker
 from lonnymq.web import create_app
 
-from .helpers import block_announcements, wait_for
+from .helpers import block_announcements, monitor_grants, wait_for
 
 # The dashboard answers to the loopback names only unless told otherwise (DNS rebinding).
 BASE = "http://localhost:8080"
@@ -486,16 +486,11 @@ def test_role_applies_to_every_connection(
     login_name, role_name = "web_login_" + suffix, "web_role_" + suffix
     login, role = sql.Identifier(login_name), sql.Identifier(role_name)
     db.execute(
-        sql.SQL(
-            "CREATE ROLE {l} LOGIN NOINHERIT; CREATE ROLE {r}; GRANT {r} TO {l};"
-            " GRANT USAGE ON SCHEMA lonnymq TO {r};"
-            " GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats,"
-            " lonnymq.message_archive TO {r};"
-            " GRANT EXECUTE ON FUNCTION lonnymq.verify, lonnymq.wait_hint_ms,"
-            " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse,"
-            " lonnymq.periodic_summary, lonnymq.wait_begin, lonnymq.wait_end TO {r}"
-        ).format(l=login, r=role)
+        sql.SQL("CREATE ROLE {l} LOGIN NOINHERIT; CREATE ROLE {r}; GRANT {r} TO {l};").format(
+            l=login, r=role
+        )
     )
+    db.execute(monitor_grants(role_name).encode())
     try:
         create(db, queue_name, "t", b"first")
         app = create_app(conninfo.make_conninfo(dsn, user=login_name), role=role_name)
@@ -538,16 +533,7 @@ def test_read_only_role_uses_the_monitor_grants(
         with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
             refused = c.get("/")
             assert refused.status_code == 403 and "permission denied" in refused.text
-        db.execute(
-            sql.SQL(
-                "GRANT USAGE ON SCHEMA lonnymq TO {r};"
-                " GRANT SELECT ON lonnymq.messages, lonnymq.channel_stats, lonnymq.queue_stats,"
-                " lonnymq.message_archive TO {r};"
-                " GRANT EXECUTE ON FUNCTION lonnymq.verify, lonnymq.wait_hint_ms,"
-                " lonnymq.queue_summary, lonnymq.channel_summary, lonnymq.message_browse,"
-                " lonnymq.periodic_summary TO {r}"
-            ).format(r=sql.Identifier(role))
-        )
+        db.execute(monitor_grants(role).encode())
         with TestClient(create_app(dsn, role=role), base_url=BASE) as c:
             assert queue_name in c.get("/").text
             assert 'data-channel="t"' in c.get("/channels", params={"queue": queue_name}).text
