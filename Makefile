@@ -54,6 +54,10 @@ check-scripts:
 
 installcheck: check-scripts
 
+# The scripts make install copies, for servers without PGXS (scripts/test-matrix).
+print-data:
+	@echo $(DATA) $(DATA_built)
+
 # A PGXN release zip: the committed tree plus the built scripts
 # (pgxn install ./lonnymq-X.Y.Z.zip).
 DISTVERSION = $(shell sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' META.json | head -n 1)
@@ -61,4 +65,4 @@ dist: $(DATA_built)
 	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ \
 		$(addprefix --add-file=,$(DATA_built)) -o $(EXTENSION)-$(DISTVERSION).zip HEAD
 
-.PHONY: dist check-scripts
+.PHONY: dist check-scripts print-data
