@@ -282,12 +282,12 @@ def _w9_rows(w9: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-# Issue 10: "about 10 statements per message lifecycle in the common case"
-# (workload 1); the other workloads' counts are shown for context. "About":
-# met when the count rounds to 10.0 at one decimal (the count per message also
-# carries work done once per session, such as the first dequeue's heap
-# warming: 8 statements over the 300 messages counted, bench/README.md).
-STATEMENTS_GOAL = 10.0
+# Issue 37: "at most 6 statements per lifecycle in the common case" (workload
+# 1; issue 10 had asked for about 10); the other workloads' counts are shown
+# for context. The count per message also carries work done once per session,
+# such as the first dequeue's heap warming: 8 statements over the 300 messages
+# counted (bench/README.md).
+STATEMENTS_GOAL = 6.0
 
 
 def _statement_rows(counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -312,8 +312,8 @@ def _statement_rows(counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "workload": f"statements per message, {NAMES.get(workload, workload)} "
                 f"(one client, {ours['messages']} messages)",
                 "measured": measured,
-                "goal": f"about {STATEMENTS_GOAL:.0f}" if common else "(context)",
-                "met": round(ours["per_message"], 1) <= STATEMENTS_GOAL if common else None,
+                "goal": f"at most {STATEMENTS_GOAL:.0f}" if common else "(context)",
+                "met": ours["per_message"] <= STATEMENTS_GOAL if common else None,
                 "by": f"{ours['per_message'] / STATEMENTS_GOAL:.2f}x the goal" if common else "",
             }
         )
