@@ -215,13 +215,23 @@ BEGIN
             WHERE v_max_size IS NULL
             ON CONFLICT (queue_id, (coalesce(channel_id, 0)), dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
             RETURNING m.id, m.channel_id
+        ), lowered AS (
+            -- PROTOTYPE: the producer lowers the head itself when it can take
+            -- the channel row without waiting; a hint only when it cannot.
+            UPDATE lonnymq.channel c
+            SET head_ms = least(c.head_ms, v_dequeue_ms),
+                ready_ms = lonnymq._ready_ms(least(c.head_ms, v_dequeue_ms), c.last_turn_ms,
+                                             c.release_interval_ms, c.locked_count, c.max_concurrency, c.turn_seq)
+            WHERE c.id = (SELECT l.id FROM lonnymq.channel l WHERE l.id = v_channel_id
+                          FOR NO KEY UPDATE SKIP LOCKED)
+              AND EXISTS (SELECT 1 FROM created)
+              AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
+            RETURNING c.id
         ), hinted AS (
-            -- A hint only when the message is earlier than the channel's
-            -- head, a lower bound that cannot rise while this producer holds
-            -- the head lock (see _channel_raise_head): in a backlog, none.
             INSERT INTO lonnymq.channel_hint (queue_id, channel_id, dequeue_ms)
             SELECT v_queue_id, k.channel_id, v_dequeue_ms FROM created k
             WHERE k.channel_id IS NOT NULL AND (NOT v_head_held OR v_head_ms IS NULL OR v_dequeue_ms < v_head_ms)
+              AND NOT EXISTS (SELECT 1 FROM lowered)
         )
         SELECT k.id INTO message_create.id FROM created k;
         IF message_create.id IS NOT NULL THEN
