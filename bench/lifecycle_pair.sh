@@ -40,7 +40,6 @@ fi
 shape=${PAIR_SHAPE:-w1}
 [[ $shape =~ ^(w1|one)$ ]] || { echo "PAIR_SHAPE must be w1 or one" >&2; exit 2; }
 [ "$shape" = one ] && [ "$batch" -gt 1 ] && { echo "PAIR_SHAPE=one takes single calls" >&2; exit 2; }
-lonnymq_seed=2000
 pair_channels
 peers=${LONNYMQ_PEERS_DIR:-$here/../../shared/peers}
 [[ $peers = /* ]] || peers=$here/../$peers
@@ -50,7 +49,7 @@ pgbench=("$PGBIN/pgbench" -h 127.0.0.1 -p "${BENCH_PGPORT:-25439}" -U postgres -
 scripts=$here/pgbench
 out=$here/results/pair-$name.csv
 if [ "$shape" = one ]; then
-    seeded=0 lonnymq_seed=0
+    seeded=0
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     for system in lonnymq lonnymq_original; do
@@ -77,7 +76,7 @@ seed() {
             -c "VACUUM ANALYZE lonny_up.message" -c "VACUUM ANALYZE lonny_up.channel" >/dev/null
     else
         "${psql[@]}" -d "$1" -c "TRUNCATE lonnymq.message, lonnymq.channel_hint, lonnymq.message_archive" \
-            -c "SELECT count(lonnymq.message_create('bench', 'c' || (i % $channels + 1), '\x00'::bytea)) FROM generate_series(1, $lonnymq_seed) i" \
+            -c "SELECT count(lonnymq.message_create('bench', 'c' || (i % $channels + 1), '\x00'::bytea)) FROM generate_series(1, $seeded) i" \
             -c "VACUUM ANALYZE lonnymq.message" -c "VACUUM ANALYZE lonnymq.channel" \
             -c "VACUUM ANALYZE lonnymq.channel_hint" >/dev/null
     fi
