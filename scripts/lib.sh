@@ -47,11 +47,16 @@ have_pg_cron() { [ -f "$(extension_dir)/pg_cron.control" ]; }
 
 # The local cluster: data inside the checkout, on an uncommon port below Linux's default
 # ephemeral range (32768-60999), where no kernel-chosen client port lands (scripts/cluster).
+# A LONNYMQ_PGDATA that this file exported as its default, inherited from a shell that
+# sourced another checkout's copy (or another version's), is not the caller's choice: the
+# default is worked out again here, so a clone never runs on another tree's cluster.
+[ "${LONNYMQ_PGDATA:-}" = "${LONNYMQ_PGDATA_DEFAULT:-}" ] && LONNYMQ_PGDATA=
 if [ "$LONNYMQ_PG" = 15 ]; then
-    export LONNYMQ_PGDATA=${LONNYMQ_PGDATA:-$LONNYMQ_ROOT/.pgdata}
+    LONNYMQ_PGDATA_DEFAULT=$LONNYMQ_ROOT/.pgdata
 else
-    export LONNYMQ_PGDATA=${LONNYMQ_PGDATA:-$LONNYMQ_ROOT/.pgdata-$LONNYMQ_PG}
+    LONNYMQ_PGDATA_DEFAULT=$LONNYMQ_ROOT/.pgdata-$LONNYMQ_PG
 fi
+export LONNYMQ_PGDATA_DEFAULT LONNYMQ_PGDATA=${LONNYMQ_PGDATA:-$LONNYMQ_PGDATA_DEFAULT}
 export PGHOST=${PGHOST:-127.0.0.1}
 export PGPORT=${PGPORT:-25429}
 export PGUSER=${PGUSER:-postgres}
